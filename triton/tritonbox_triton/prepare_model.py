@@ -74,12 +74,14 @@ def prepare_default_model(model_dir: Path) -> Path:
     config = gguf_model.config
     config.quantization_config = None
     del config.quantization_config
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config)  # type: ignore[arg-type]
     missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
     # Tied embeddings make lm_head an alias of embed_tokens; anything else missing is a bug.
     missing = [name for name in missing if name != "lm_head.weight"]
     if missing or unexpected:
-        raise ModelPreparationError(f"weights do not match: missing={missing} unexpected={unexpected}")
+        raise ModelPreparationError(
+            f"weights do not match: missing={missing} unexpected={unexpected}"
+        )
     model.tie_weights()
     steps.update()
 

@@ -26,7 +26,9 @@ class EngineFlavour(StrEnum):
 class TritonSettings(BaseSettings):
     """Settings of the Triton service (model repository rendering and the server launch)."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True
+    )
 
     engine: EngineFlavour = EngineFlavour.CPU
     cache_dir: Path = Path(".cache")
@@ -42,7 +44,8 @@ class TritonSettings(BaseSettings):
         default=None, description="trtllm flavour: the TensorRT-LLM engine directory."
     )
     model_repository: Path | None = Field(
-        default=None, description="Where the rendered model repository goes; empty = CACHE_DIR/model_repository."
+        default=None,
+        description="Where the rendered model repository goes; empty = CACHE_DIR/model_repository.",
     )
 
     max_batch_size: Annotated[int, Field(ge=1, le=256)] = 16
@@ -73,7 +76,10 @@ class TritonSettings(BaseSettings):
         if self.engine is EngineFlavour.TRTLLM:
             missing = [
                 key
-                for key, value in (("ENGINE_DIR", self.engine_dir), ("TOKENIZER_DIR", self.tokenizer_dir))
+                for key, value in (
+                    ("ENGINE_DIR", self.engine_dir),
+                    ("TOKENIZER_DIR", self.tokenizer_dir),
+                )
                 if value is None
             ]
             if missing:

@@ -1,0 +1,73 @@
+"""Fixtures for the Triton package's unit tests: the default model's real tokenizer, and
+settings for both flavours that ignore the environment and `.env`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tritonbox_triton.settings import DEFAULT_MODEL_NAME, TritonSettings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL_DIR = REPO_ROOT / ".cache" / "models" / DEFAULT_MODEL_NAME
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir() -> Path:
+    if not (DEFAULT_MODEL_DIR / "tokenizer.json").is_file():
+        pytest.skip(
+            f"the default model is not prepared at {DEFAULT_MODEL_DIR}: run scripts/install "
+            "(or prepare_default_model) first"
+        )
+    return DEFAULT_MODEL_DIR
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir: Path) -> Any:
+    from tritonbox_triton.tokenization import load_tokenizer
+
+    return load_tokenizer(tokenizer_dir)
+
+
+def make_settings(**values: Any) -> TritonSettings:
+    factory: Any = TritonSettings  # mypy does not know BaseSettings' `_env_file` option
+    settings: TritonSettings = factory(_env_file=None, **values)
+    return settings
+
+
+@pytest.fixture
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No setting comes from the caller's environment (a developer's MAX_BATCH_SIZE, say)."""
+    for name in TritonSettings.model_fields:
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
+@pytest.fixture
+def engine_dir(tmp_path: Path) -> Path:
+    """A stand-in TensorRT-LLM engine dir: only its config.json is read when rendering."""
+    path = tmp_path / "engine"
+    path.mkdir()
+    build = {"max_batch_size": 64, "max_input_len": 3000, "max_seq_len": 4000}
+    config = {"build_config": build, "pretrained_config": {"mapping": {"tp_size": 1}}}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture
+def cpu(clean_environment: None, tmp_path: Path, tokenizer_dir: Path) -> TritonSettings:
+    return make_settings(engine="cpu", model_dir=tokenizer_dir, cache_dir=tmp_path / "cache")
+
+
+@pytest.fixture
+def trtllm(
+    clean_environment: None, tmp_path: Path, tokenizer_dir: Path, engine_dir: Path
+) -> TritonSettings:
+    return make_settings(
+        engine="trtllm",
+        engine_dir=engine_dir,
+        tokenizer_dir=tokenizer_dir,
+        cache_dir=tmp_path / "cache",
+    )

@@ -1,0 +1,86 @@
+"""The real default model, loaded once, for engine tests that run in-process (no Triton),
+and a `TokenSink` that records what the engine sends."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from tritonbox_triton.engine.scheduler import FinishReason
+from tritonbox_triton.settings import TritonSettings
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    path = TritonSettings().resolved_model_dir
+    if not path.is_dir():
+        pytest.fail(f"the default model is not prepared at {path}: run `tritonbox-triton prepare`")
+    return path
+
+
+@pytest.fixture(scope="session")
+def model(model_dir: Path) -> Iterator[PreTrainedModel]:
+    loaded = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    loaded.eval()
+    yield loaded
+
+
+@pytest.fixture(scope="session")
+def engine_tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+class CollectingSink:
+    def __init__(self, cancel_after: int | None = None) -> None:
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.calls = 0
+        self.finish: FinishReason | None = None
+        self.error: str | None = None
+        self.cancelled = False
+        self.done = threading.Event()
+        self._cancel_after = cancel_after
+        self.tokens_when_cancel_seen: int | None = None
+
+    def is_cancelled(self) -> bool:
+        cancelled = self._cancel_after is not None and len(self.tokens) >= self._cancel_after
+        if cancelled and self.tokens_when_cancel_seen is None:
+            self.tokens_when_cancel_seen = len(self.tokens)
+        return cancelled
+
+    def on_tokens(
+        self, tokens: list[int], logprobs: list[float], finish: FinishReason | None
+    ) -> None:
+        self.tokens += tokens
+        self.logprobs += logprobs
+        self.calls += 1
+        if finish is not None:
+            self.finish = finish
+            self.done.set()
+
+    def on_error(self, message: str) -> None:
+        self.error = message
+        self.done.set()
+
+    def on_cancelled(self) -> None:
+        self.cancelled = True
+        self.done.set()
+
+    def wait(self, timeout_s: float = 120.0) -> CollectingSink:
+        assert self.done.wait(timeout_s), "the engine did not finish the request in time"
+        return self
+
+
+@pytest.fixture
+def make_sink() -> type[CollectingSink]:
+    return CollectingSink

@@ -1,0 +1,98 @@
+"""Per-row logits processing agrees with transformers' own processors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    RepetitionPenaltyLogitsProcessor,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from tritonbox_triton.engine.params import SamplingParams
+from tritonbox_triton.engine.sampling import (
+    SequenceState,
+    _apply_penalties,
+    _filter_top_k_top_p,
+    choose_token,
+)
+from tritonbox_triton.engine.words import WordRules
+
+VOCAB = 64
+
+
+def state(**params: float | int) -> SequenceState:
+    settings = {"max_tokens": 8, "end_id": 0, "pad_id": 0, **params}
+    return SequenceState(
+        params=SamplingParams(**settings),  # type: ignore[arg-type]
+        prompt=[3, 4, 4],
+        words=WordRules(lambda ids: "".join(chr(97 + i % 26) for i in ids)),
+    )
+
+
+def test_repetition_penalty_matches_transformers() -> None:
+    logits = torch.randn(VOCAB)
+    seq = state(repetition_penalty=1.7)
+    seq.append(9)
+    ours = logits.clone()
+    _apply_penalties(ours, seq)
+    theirs = RepetitionPenaltyLogitsProcessor(1.7)(
+        torch.tensor([[3, 4, 4, 9]]), logits[None].clone()
+    )
+    assert torch.equal(ours, theirs[0])
+
+
+def test_presence_and_frequency_penalties_follow_openai() -> None:
+    logits = torch.zeros(VOCAB)
+    seq = state(presence_penalty=0.5, frequency_penalty=0.25)
+    for token in (7, 7, 7, 8):
+        seq.append(token)
+    _apply_penalties(logits, seq)
+    assert logits[7] == pytest.approx(-(0.5 + 3 * 0.25))
+    assert logits[8] == pytest.approx(-(0.5 + 0.25))
+    assert logits[3] == 0  # prompt tokens are not penalised: OpenAI counts generated tokens only
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(5, 0.0), (0, 0.8), (10, 0.5), (0, 1.0)])
+def test_top_k_top_p_match_transformers(top_k: int, top_p: float) -> None:
+    logits = torch.randn(VOCAB)
+    expected = logits[None].clone()
+    if top_k:
+        expected = TopKLogitsWarper(top_k)(torch.tensor([[0]]), expected)
+    if 0 < top_p < 1:
+        expected = TopPLogitsWarper(top_p)(torch.tensor([[0]]), expected)
+    assert torch.equal(_filter_top_k_top_p(logits.clone(), top_k, top_p), expected[0])
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent() -> None:
+    logits = torch.randn(VOCAB)
+
+    def draw(seed: int) -> list[int]:
+        seq = state(temperature=1.0, top_k=0, top_p=1.0, seed=seed)
+        tokens = []
+        for _ in range(12):
+            token = choose_token(logits.clone(), seq).token
+            seq.append(token)
+            tokens.append(token)
+        return tokens
+
+    assert draw(5) == draw(5)
+    assert draw(5) != draw(6)
+
+
+def test_min_tokens_masks_the_end_id() -> None:
+    logits = torch.zeros(VOCAB)
+    logits[0] = 10.0  # the end id would win
+    seq = state(temperature=0.0, min_tokens=2)
+    assert choose_token(logits.clone(), seq).token != 0
+    seq.append(5)
+    seq.append(6)
+    assert choose_token(logits.clone(), seq).token == 0
+
+
+def test_logprob_is_of_the_chosen_token() -> None:
+    logits = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    choice = choose_token(logits.clone(), state(temperature=0.0))
+    assert choice.token == 3
+    assert choice.logprob == pytest.approx(float(torch.log_softmax(logits, -1)[3]))

@@ -1,0 +1,171 @@
+"""The in-flight batcher with the real default model, in-process (the Triton glue is tested
+against the real server under tests/triton/server)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from tritonbox_triton.engine.params import EngineLimits, SamplingParams
+from tritonbox_triton.engine.scheduler import FinishReason, GenerationRequest, InflightBatcher
+from tritonbox_triton.engine.words import text_decoder
+from tritonbox_triton.word_lists import decode_word_list, encode_word_list
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three colors.",
+    "Why is the sky blue?",
+]
+EOS = 2
+
+
+def chat_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+    return list(tokenizer(rendered).input_ids)
+
+
+def reference(
+    model: PreTrainedModel, prompt: list[int], max_tokens: int, **kwargs: Any
+) -> list[int]:
+    """transformers' generate() on the same checkpoint: the result the engine must reproduce."""
+    with torch.inference_mode():
+        output = model.generate(  # type: ignore[operator]
+            torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False, **kwargs
+        )
+    ids = output[0, len(prompt) :].tolist()
+    return ids[:-1] if ids and ids[-1] == EOS else ids
+
+
+@pytest.fixture(scope="module")
+def engine(
+    model: PreTrainedModel, engine_tokenizer: PreTrainedTokenizerBase
+) -> Iterator[InflightBatcher]:
+    batcher = InflightBatcher(
+        model, text_decoder(engine_tokenizer), EngineLimits(256, 128, 4096), max_batch_size=8
+    )
+    batcher.start()
+    yield batcher
+    batcher.stop()
+
+
+def submit(
+    engine: InflightBatcher,
+    sink: Any,
+    prompt: list[int],
+    *,
+    stop: list[list[int]] | None = None,
+    bad: list[list[int]] | None = None,
+    **params: Any,
+) -> Any:
+    settings = {"max_tokens": 24, "end_id": EOS, "pad_id": EOS, "temperature": 0.0, **params}
+    engine.submit(
+        GenerationRequest(
+            prompt=prompt,
+            params=SamplingParams(**settings),
+            sink=sink,
+            stop_words=stop or [],
+            bad_words=bad or [],
+        )
+    )
+    return sink
+
+
+def test_greedy_batch_matches_generate_token_for_token(
+    engine: InflightBatcher,
+    model: PreTrainedModel,
+    engine_tokenizer: PreTrainedTokenizerBase,
+    make_sink: Any,
+) -> None:
+    prompts = [chat_ids(engine_tokenizer, text) for text in PROMPTS]
+    sinks = []
+    for prompt in prompts:  # staggered, so requests join a batch that is already decoding
+        sinks.append(submit(engine, make_sink(), prompt))
+        time.sleep(0.15)
+    for prompt, sink in zip(prompts, sinks, strict=True):
+        assert sink.wait().tokens == reference(model, prompt, 24)
+        assert sink.finish in (FinishReason.STOP, FinishReason.LENGTH)
+
+
+def test_mixed_batch_honours_each_requests_sampling(
+    engine: InflightBatcher,
+    model: PreTrainedModel,
+    engine_tokenizer: PreTrainedTokenizerBase,
+    make_sink: Any,
+) -> None:
+    prompt = chat_ids(engine_tokenizer, "Tell me a story about a dragon.")
+    sampled: dict[str, Any] = {"temperature": 1.2, "top_k": 100, "top_p": 0.95, "max_tokens": 20}
+    greedy = submit(engine, make_sink(), prompt, max_tokens=20)
+    seeded_a = submit(engine, make_sink(), prompt, seed=1234, **sampled)
+    seeded_b = submit(engine, make_sink(), prompt, seed=1234, **sampled)
+    other_seed = submit(engine, make_sink(), prompt, seed=99, **sampled)
+    penalised = submit(engine, make_sink(), prompt, max_tokens=20, repetition_penalty=1.5)
+    for sink in (greedy, seeded_a, seeded_b, other_seed, penalised):
+        sink.wait()
+    assert greedy.tokens == reference(model, prompt, 20)
+    assert penalised.tokens == reference(model, prompt, 20, repetition_penalty=1.5)
+    assert seeded_a.tokens == seeded_b.tokens  # same seed, same batch: same tokens
+    assert seeded_a.tokens != greedy.tokens
+    assert seeded_a.tokens != other_seed.tokens
+
+
+def test_min_tokens_holds_back_the_end_id(
+    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    prompt = chat_ids(engine_tokenizer, PROMPTS[0])
+    short = submit(engine, make_sink(), prompt, max_tokens=40).wait()
+    assert short.finish is FinishReason.STOP and len(short.tokens) < 15
+    longer = submit(engine, make_sink(), prompt, max_tokens=40, min_tokens=15).wait()
+    assert len(longer.tokens) >= 15
+    assert EOS not in longer.tokens
+
+
+def test_max_tokens_ends_with_length(
+    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    sink = submit(engine, make_sink(), chat_ids(engine_tokenizer, PROMPTS[3]), max_tokens=5).wait()
+    assert len(sink.tokens) == 5
+    assert sink.finish is FinishReason.LENGTH
+
+
+def test_stop_word_ends_generation(
+    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    prompt = chat_ids(engine_tokenizer, PROMPTS[0])
+    stop = decode_word_list(encode_word_list(engine_tokenizer, ["Paris"]))
+    sink = submit(engine, make_sink(), prompt, stop=stop).wait()
+    assert sink.finish is FinishReason.STOP_WORD
+    assert text_decoder(engine_tokenizer)(sink.tokens).endswith("Paris")
+
+
+def test_bad_word_never_appears(
+    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    prompt = chat_ids(engine_tokenizer, PROMPTS[0])
+    bad = decode_word_list(encode_word_list(engine_tokenizer, ["Paris"]))
+    sink = submit(engine, make_sink(), prompt, bad=bad, max_tokens=30).wait()
+    text = engine_tokenizer.decode(sink.tokens)
+    assert "Paris" not in text
+    assert text  # it still answered
+
+
+def test_cancelled_request_stops_within_one_step(
+    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    prompt = chat_ids(engine_tokenizer, PROMPTS[1])
+    neighbour = submit(engine, make_sink(), prompt, max_tokens=30)
+    cancelled = submit(engine, make_sink(cancel_after=3), prompt, max_tokens=100)
+    cancelled.wait()
+    neighbour.wait()
+    assert cancelled.cancelled
+    assert cancelled.finish is None
+    # No token was produced after the engine saw the cancellation.
+    assert len(cancelled.tokens) == cancelled.tokens_when_cancel_seen == 3
+    assert neighbour.finish is not None and len(neighbour.tokens) > 3

@@ -1,0 +1,66 @@
+"""Stop and bad word matching on token ids and on decoded text."""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+from tritonbox_triton.engine.words import WordRules, text_decoder
+from tritonbox_triton.word_lists import decode_word_list, encode_word_list
+
+
+def rules(
+    tokenizer: PreTrainedTokenizerBase, stop: tuple[str, ...] = (), bad: tuple[str, ...] = ()
+) -> WordRules:
+    def ids(words: tuple[str, ...]) -> list[list[int]]:
+        return decode_word_list(encode_word_list(tokenizer, words)) if words else []
+
+    return WordRules(text_decoder(tokenizer), ids(stop), ids(bad))
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def test_bad_word_token_sequences_are_banned_after_their_prefix(
+    engine_tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    word = rules(engine_tokenizer, bad=(" Paris",))
+    (single,) = [
+        w for w in decode_word_list(encode_word_list(engine_tokenizer, [" Paris"])) if len(w) == 1
+    ][:1]
+    assert single[0] in word.banned_tokens(encode(engine_tokenizer, "The capital is"))
+
+
+def test_bad_word_spelled_with_other_tokens_is_caught(
+    engine_tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    word = rules(engine_tokenizer, bad=("Paris",))
+    context = encode(engine_tokenizer, "It is Par")
+    (is_token,) = encode(engine_tokenizer, "is")
+    assert word.completes_bad_word(context, is_token)
+
+
+def test_bad_word_inside_a_longer_word_is_allowed(
+    engine_tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    word = rules(engine_tokenizer, bad=("is",))
+    context = encode(engine_tokenizer, "Look at th")
+    (is_token,) = encode(engine_tokenizer, "is")
+    assert not word.completes_bad_word(context, is_token)  # "this" is not the word "is"
+    (space_is,) = encode(engine_tokenizer, " is")
+    assert word.completes_bad_word(encode(engine_tokenizer, "It"), space_is)
+
+
+def test_stop_word_matches_across_tokens_and_in_text(
+    engine_tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    word = rules(engine_tokenizer, stop=("Paris",))
+    assert word.hits_stop_word(encode(engine_tokenizer, "The capital is Paris"))
+    assert word.hits_stop_word(encode(engine_tokenizer, "The capital is Paris."))
+    assert not word.hits_stop_word(encode(engine_tokenizer, "The capital is Lyon"))
+
+
+def test_whitespace_stop_word(engine_tokenizer: PreTrainedTokenizerBase) -> None:
+    word = rules(engine_tokenizer, stop=("\n\n",))
+    assert word.hits_stop_word(encode(engine_tokenizer, "One.\n\nTwo"))
+    assert not word.hits_stop_word(encode(engine_tokenizer, "One.\nTwo"))

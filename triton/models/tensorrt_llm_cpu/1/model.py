@@ -1,0 +1,243 @@
+"""The cpu flavour of the `tensorrt_llm` step: a Hugging Face checkpoint, in-flight batched.
+
+This file is Triton glue only: it turns input tensors into `GenerationRequest`s for the engine
+in `tritonbox_triton.engine` and the engine's tokens back into responses shaped like NVIDIA's
+tensorrtllm backend (`output_ids` [batch=1, beam=1, tokens], ...). Streaming responses carry only
+the new tokens; every request ends with one response flagged final, so no client waits on an
+empty final response that never comes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tritonbox_triton.engine.params import (
+    EngineLimits,
+    RequestError,
+    SamplingParams,
+    prompt_ids,
+    sampling_params,
+)
+from tritonbox_triton.engine.scheduler import FinishReason, GenerationRequest, InflightBatcher
+from tritonbox_triton.engine.words import text_decoder
+from tritonbox_triton.word_lists import decode_word_list
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+OUTCOMES = ("stop", "length", "stop_word", "cancelled", "error")
+OPTIONAL_INPUTS = (
+    "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list",
+    "bad_words_list", "beam_width", "temperature", "runtime_top_k", "runtime_top_p",
+    "repetition_penalty", "min_tokens", "presence_penalty", "frequency_penalty", "seed",
+    "return_log_probs", "streaming", "exclude_input_in_output",
+)  # fmt: skip
+
+
+def _response(ids: list[int], logprobs: list[float]) -> Any:
+    tokens = np.asarray(ids, dtype=np.int32).reshape(1, 1, -1)
+    return pb_utils.InferenceResponse(
+        output_tensors=[
+            pb_utils.Tensor("output_ids", tokens),
+            pb_utils.Tensor("sequence_length", np.array([[tokens.shape[-1]]], dtype=np.int32)),
+            pb_utils.Tensor(
+                "cum_log_probs", np.array([[float(np.sum(logprobs))]], dtype=np.float32)
+            ),
+            pb_utils.Tensor(
+                "output_log_probs", np.asarray(logprobs, dtype=np.float32).reshape(1, 1, -1)
+            ),
+        ]
+    )
+
+
+def _word_list(tensors: dict[str, np.ndarray], name: str) -> list[list[int]]:
+    array = tensors.get(name)
+    return [] if array is None else decode_word_list(array.reshape(2, -1))
+
+
+class _CollectingSender:
+    """Stands in for a response sender when the model is not decoupled: keeps the one response."""
+
+    def __init__(self, request: Any) -> None:
+        self._request = request
+        self.response: Any = None
+        self.done = threading.Event()
+
+    def is_cancelled(self) -> bool:
+        return bool(self._request.is_cancelled())
+
+    def send(self, response: Any = None, flags: int = 0) -> None:
+        if response is not None:
+            self.response = response
+        if flags & FINAL:
+            self.done.set()
+
+
+class TritonSink:
+    """Sends one request's tokens back through Triton, streamed or as one final response."""
+
+    def __init__(self, sender: Any, params: SamplingParams, prompt: list[int]) -> None:
+        self._sender = sender
+        self._params = params
+        self._ids: list[int] = [] if params.exclude_input_in_output else list(prompt)
+        self._logprobs: list[float] = []
+
+    def _send(self, response: Any, final: bool) -> None:
+        try:
+            self._sender.send(response, flags=FINAL if final else 0)
+        except Exception as error:  # the client may be gone; the engine must carry on
+            pb_utils.Logger.log_warn(f"could not send a response: {error}")
+
+    def is_cancelled(self) -> bool:
+        return bool(self._sender.is_cancelled())
+
+    def on_tokens(
+        self, tokens: list[int], logprobs: list[float], finish: FinishReason | None
+    ) -> None:
+        if self._params.streaming:
+            self._send(_response(tokens, logprobs), final=finish is not None)
+            return
+        self._ids += tokens
+        self._logprobs += logprobs
+        if finish is not None:
+            self._send(_response(self._ids, self._logprobs), final=True)
+
+    def on_error(self, message: str) -> None:
+        self._send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), final=True)
+
+    def on_cancelled(self) -> None:
+        error = pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED)
+        self._send(pb_utils.InferenceResponse(error=error), final=True)
+
+
+class TritonMetrics:
+    """Engine counters on Triton's metrics endpoint, flushed once per engine iteration."""
+
+    def __init__(self) -> None:
+        gauge, counter = pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.COUNTER
+        # Triton invalidates a Metric once its family is garbage-collected: keep the families.
+        self._families = {
+            name: pb_utils.MetricFamily(name=name, description=description, kind=kind)
+            for name, description, kind in (
+                ("tritonbox_engine_running_requests", "Sequences in the in-flight batch", gauge),
+                ("tritonbox_engine_waiting_requests", "Requests waiting to join the batch", gauge),
+                ("tritonbox_engine_generated_tokens_total", "Tokens generated", counter),
+                ("tritonbox_engine_finished_requests_total", "Requests done, by outcome", counter),
+            )
+        }
+        self._running = self._families["tritonbox_engine_running_requests"].Metric(labels={})
+        self._waiting = self._families["tritonbox_engine_waiting_requests"].Metric(labels={})
+        self._tokens = self._families["tritonbox_engine_generated_tokens_total"].Metric(labels={})
+        finished = self._families["tritonbox_engine_finished_requests_total"]
+        self._finished = {name: finished.Metric(labels={"outcome": name}) for name in OUTCOMES}
+        self._pending_tokens = 0
+        self._last_batch = (-1, -1)
+
+    def on_batch(self, running: int, waiting: int) -> None:
+        if self._pending_tokens:
+            self._tokens.increment(self._pending_tokens)
+            self._pending_tokens = 0
+        if (running, waiting) != self._last_batch:
+            self._running.set(running)
+            self._waiting.set(waiting)
+            self._last_batch = (running, waiting)
+
+    def on_tokens(self, count: int) -> None:
+        self._pending_tokens += count
+
+    def on_finished(self, outcome: str) -> None:
+        self._finished[outcome].increment(1)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, Any]) -> None:
+        config = json.loads(args["model_config"])
+        params = {key: value["string_value"] for key, value in config["parameters"].items()}
+        self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        threads = int(params["cpu_threads"])
+        if threads > 0:
+            torch.set_num_threads(threads)
+        model_dir = params["model_dir"]
+        self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        model.eval()
+        max_input_len, max_output_len = int(params["max_input_len"]), int(params["max_output_len"])
+        max_batch_size = int(params["max_batch_size"])
+        # 0 = no cap of its own: room for a full batch of the longest requests.
+        kv_tokens = int(params["max_tokens_in_paged_kv_cache"]) or max_batch_size * (
+            max_input_len + max_output_len
+        )
+        self._limits = EngineLimits(max_input_len, max_output_len, kv_tokens)
+        self._exclude_input = params["exclude_input_in_output"].lower() == "true"
+        self._end_id = int(self._tokenizer.eos_token_id)
+        pad = self._tokenizer.pad_token_id
+        self._pad_id = int(pad) if pad is not None else self._end_id
+        self._engine = InflightBatcher(
+            model,
+            text_decoder(self._tokenizer),
+            self._limits,
+            max_batch_size=max_batch_size,
+            observer=TritonMetrics(),
+        )
+        self._engine.start()
+        pb_utils.Logger.log_info(
+            f"cpu engine ready: {model_dir}, {torch.get_num_threads()} threads, "
+            f"decoupled={self._decoupled}"
+        )
+
+    def _submit(self, request: Any, sender: Any) -> None:
+        tensors: dict[str, np.ndarray] = {}
+        for name in ("input_ids", *OPTIONAL_INPUTS):
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is not None:
+                tensors[name] = tensor.as_numpy()
+        try:
+            prompt = prompt_ids(tensors, self._limits)
+            params = sampling_params(
+                tensors,
+                self._limits,
+                prompt_len=len(prompt),
+                default_end_id=self._end_id,
+                default_pad_id=self._pad_id,
+                exclude_input_default=self._exclude_input,
+            )
+            stop_words = _word_list(tensors, "stop_words_list")
+            bad_words = _word_list(tensors, "bad_words_list")
+        except (RequestError, ValueError) as error:
+            sender.send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))), flags=FINAL
+            )
+            return
+        if not self._decoupled:
+            params = dataclasses.replace(params, streaming=False)  # one response per request
+        self._engine.submit(
+            GenerationRequest(
+                prompt=prompt,
+                params=params,
+                sink=TritonSink(sender, params, prompt),
+                stop_words=stop_words,
+                bad_words=bad_words,
+            )
+        )
+
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        if self._decoupled:
+            for request in requests:
+                self._submit(request, request.get_response_sender())
+            return None
+        # Not decoupled: Triton wants the responses back from this call, one per request.
+        senders = [_CollectingSender(request) for request in requests]
+        for request, sender in zip(requests, senders, strict=True):
+            self._submit(request, sender)
+        for sender in senders:
+            sender.done.wait()
+        return [sender.response for sender in senders]
+
+    def finalize(self) -> None:
+        self._engine.stop()

@@ -1,0 +1,163 @@
+"""An asyncio gRPC client for the ensemble: one streamed generation per call, cancellable.
+
+Every request asks for Triton's empty final response, so the end of a stream is always seen
+(without it, a decoupled ensemble's last response carries no "final" mark and a client can wait
+forever). Leaving the `async for` early, or cancelling the task, cancels the gRPC call, which
+Triton passes on to the engine as a request cancellation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.grpc import InferInput, InferResult
+from tritonclient.grpc._utils import _get_inference_request
+
+# Optional ensemble inputs: name -> Triton datatype. Names are the ensemble's (DESIGN.md §2).
+SCALAR_INPUTS: dict[str, str] = {
+    "end_id": "INT32",
+    "pad_id": "INT32",
+    "top_k": "INT32",
+    "top_p": "FP32",
+    "temperature": "FP32",
+    "length_penalty": "FP32",
+    "repetition_penalty": "FP32",
+    "min_tokens": "INT32",
+    "presence_penalty": "FP32",
+    "frequency_penalty": "FP32",
+    "seed": "UINT64",
+    "return_log_probs": "BOOL",
+    "beam_width": "INT32",
+    "exclude_input_in_output": "BOOL",
+}
+_NUMPY_TYPES = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_}
+
+
+class TritonRequestError(RuntimeError):
+    """Triton answered this request with an error (bad input, engine failure, ...)."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: str
+    max_tokens: int
+    stream: bool = True
+    stop_words: Sequence[str] = ()
+    bad_words: Sequence[str] = ()
+    sampling: dict[str, float | int | bool] = field(default_factory=dict)
+    model: str = "ensemble"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One response: the new token ids (all of them when not streaming) and their text."""
+
+    ids: list[int]
+    text: str
+    final: bool
+
+
+@dataclass
+class Generation:
+    ids: list[int] = field(default_factory=list)
+    text: str = ""
+    chunks: int = 0
+    time_to_first_token_s: float | None = None
+    total_time_s: float = 0.0
+
+
+def _input(name: str, array: np.ndarray[Any, Any], datatype: str) -> InferInput:
+    tensor = InferInput(name, list(array.shape), datatype)
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def build_inputs(request: GenerationRequest) -> list[InferInput]:
+    """The ensemble's input tensors for one request (batch dimension 1)."""
+    inputs = [
+        _input("text_input", np.array([[request.prompt.encode()]], dtype=np.object_), "BYTES"),
+        _input("max_tokens", np.array([[request.max_tokens]], dtype=np.int32), "INT32"),
+        _input("stream", np.array([[request.stream]], dtype=np.bool_), "BOOL"),
+    ]
+    for name, words in (("stop_words", request.stop_words), ("bad_words", request.bad_words)):
+        if words:
+            array = np.array([[word.encode() for word in words]], dtype=np.object_)
+            inputs.append(_input(name, array, "BYTES"))
+    for name, value in request.sampling.items():
+        if name not in SCALAR_INPUTS:
+            raise ValueError(f"unknown sampling input {name!r}; known: {sorted(SCALAR_INPUTS)}")
+        datatype = SCALAR_INPUTS[name]
+        inputs.append(_input(name, np.array([[value]], dtype=_NUMPY_TYPES[datatype]), datatype))
+    return inputs
+
+
+def _chunk(result: InferResult, final: bool) -> Chunk:
+    ids = result.as_numpy("output_ids")
+    text = result.as_numpy("text_output")
+    if ids is None:  # the empty final response
+        return Chunk(ids=[], text="", final=final)
+    length = int(np.asarray(result.as_numpy("sequence_length")).reshape(-1)[0])
+    decoded = b"".join(t for t in np.asarray(text).reshape(-1)).decode() if text is not None else ""
+    return Chunk(ids=[int(t) for t in ids.reshape(-1)[:length]], text=decoded, final=final)
+
+
+class TritonLLMClient:
+    """Streams generations from the ensemble over one gRPC channel."""
+
+    def __init__(self, url: str) -> None:
+        self._client = grpcclient.InferenceServerClient(url=url)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def is_ready(self, model: str = "ensemble") -> bool:
+        try:
+            return bool(await self._client.is_server_ready()) and bool(
+                await self._client.is_model_ready(model)
+            )
+        except Exception:
+            return False
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        """Yield each response as it arrives; the last one has `final=True`."""
+        message = _get_inference_request(
+            model_name=request.model, inputs=build_inputs(request), model_version="",
+            request_id="", outputs=None, sequence_id=0, sequence_start=False,
+            sequence_end=False, priority=0, timeout=None, parameters=None,
+        )  # fmt: skip
+        # The public stream_infer() refuses "triton_*" parameters, and this one is what makes
+        # the end of a decoupled stream visible; tritonclient is pinned, so the helper is stable.
+        message.parameters["triton_enable_empty_final_response"].bool_param = True
+
+        async def messages() -> AsyncIterator[object]:
+            yield message
+
+        call = self._client._client_stub.ModelStreamInfer(messages())
+        try:
+            async for response in call:
+                if response.error_message:
+                    raise TritonRequestError(response.error_message)
+                final = response.infer_response.parameters["triton_final_response"].bool_param
+                yield _chunk(InferResult(response.infer_response), final)
+                if final:
+                    return
+        finally:
+            call.cancel()
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Run one request to its end, collecting ids, text and timings."""
+        result = Generation()
+        started = time.perf_counter()
+        async for chunk in self.stream(request):
+            if chunk.ids and result.time_to_first_token_s is None:
+                result.time_to_first_token_s = time.perf_counter() - started
+            result.ids += chunk.ids
+            result.text += chunk.text
+            result.chunks += 1
+        result.total_time_s = time.perf_counter() - started
+        return result

@@ -1,0 +1,109 @@
+"""Choosing one sequence's next token from its logits, with that request's own settings.
+
+Each row of a batch is processed on its own: a mixed batch holds greedy and sampled requests,
+each with its penalties, word lists and seeded generator. The order of the warpers (penalties,
+temperature, top-k, top-p) is the one `transformers.generate()` uses, so greedy and seeded
+results match it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from .params import SamplingParams
+from .words import WordRules
+
+# Candidates rejected by the bad-word text check before giving up on sampling and taking the
+# best remaining token: a bound, so a pathological word list cannot stall the batch.
+MAX_REJECTIONS = 32
+
+
+@dataclass(slots=True)
+class TokenChoice:
+    token: int
+    logprob: float
+
+
+@dataclass
+class SequenceState:
+    """What the sampler needs to know about one sequence's history."""
+
+    params: SamplingParams
+    prompt: list[int]
+    words: WordRules
+    generated: list[int] = field(default_factory=list)
+    counts: Counter[int] = field(default_factory=Counter)
+    generator: torch.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.generator = torch.Generator().manual_seed(self.params.seed)
+
+    def append(self, token: int) -> None:
+        self.generated.append(token)
+        self.counts[token] += 1
+
+    def context(self) -> list[int]:
+        return self.prompt + self.generated
+
+
+def _apply_penalties(logits: torch.Tensor, state: SequenceState) -> None:
+    params = state.params
+    if params.repetition_penalty != 1.0:
+        seen = torch.tensor(sorted(set(state.prompt) | state.counts.keys()), dtype=torch.long)
+        scores = logits[seen]
+        logits[seen] = torch.where(
+            scores < 0, scores * params.repetition_penalty, scores / params.repetition_penalty
+        )
+    if (params.presence_penalty or params.frequency_penalty) and state.counts:
+        ids = torch.tensor(list(state.counts.keys()), dtype=torch.long)
+        counts = torch.tensor(list(state.counts.values()), dtype=logits.dtype)
+        logits[ids] -= params.presence_penalty + params.frequency_penalty * counts
+
+
+def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    if top_k > 0 and top_k < logits.numel():
+        threshold = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < threshold, float("-inf"))
+    if 0.0 < top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=False)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # Drop the low tail whose mass is at most 1 - top_p; always keep the best token.
+        remove = cumulative <= (1 - top_p)
+        remove[-1] = False
+        logits = logits.masked_fill(remove.scatter(0, order, remove), float("-inf"))
+    return logits
+
+
+def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
+    """Pick the next token for one sequence; `logits` is its float32 row (modified in place)."""
+    params = state.params
+    _apply_penalties(logits, state)
+    if len(state.generated) < params.min_tokens:
+        logits[params.end_id] = float("-inf")
+    context = state.context()
+    for token in state.words.banned_tokens(context):
+        logits[token] = float("-inf")
+
+    if not params.greedy:
+        logits = logits / params.temperature
+    logprobs = torch.log_softmax(logits, dim=-1)
+    if not params.greedy:
+        logits = _filter_top_k_top_p(logits, params.top_k, params.top_p)
+
+    for _ in range(MAX_REJECTIONS):
+        if params.greedy:
+            token = int(torch.argmax(logits))
+        else:
+            probs = torch.softmax(logits, dim=-1)
+            token = int(torch.multinomial(probs, 1, generator=state.generator))
+        if not state.words.completes_bad_word(context, token):
+            break
+        logits[token] = float("-inf")
+        if torch.isneginf(logits).all():
+            break
+    else:
+        token = int(torch.argmax(logits))
+    return TokenChoice(token=token, logprob=float(logprobs[token]))

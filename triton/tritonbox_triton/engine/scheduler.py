@@ -1,0 +1,261 @@
+"""In-flight batching for a Hugging Face causal LM on CPU.
+
+One background thread owns the model. Each iteration it drops cancelled sequences, admits
+waiting requests (each prefilled alone, its first token emitted at once), then runs one decode
+step for every running sequence together. A request that arrives while others decode therefore
+waits at most for the step in progress, and a finished or cancelled sequence leaves the batch
+before the next step.
+
+transformers' own continuous batching (`init_continuous_batching`) was not used: its per-request
+settings cover temperature, top-k and top-p only, not penalties, min_tokens, seeds or word
+lists, which every request here may set.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from .kv_batch import BatchedKVCache
+from .params import EngineLimits, SamplingParams
+from .sampling import SequenceState, choose_token
+from .words import Decode, WordRules
+
+log = logging.getLogger(__name__)
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"  # the end id
+    LENGTH = "length"
+    STOP_WORD = "stop_word"
+
+
+class TokenSink(Protocol):
+    """Where one request's results go (a Triton response sender, or a test's collector)."""
+
+    def is_cancelled(self) -> bool: ...
+
+    def on_tokens(
+        self, tokens: list[int], logprobs: list[float], finish: FinishReason | None
+    ) -> None:
+        """New tokens; `finish` is set on the last call."""
+
+    def on_error(self, message: str) -> None:
+        """The request failed; no further calls follow."""
+
+    def on_cancelled(self) -> None:
+        """The request was cancelled by its client; no further calls follow."""
+
+
+class EngineObserver(Protocol):
+    def on_batch(self, running: int, waiting: int) -> None: ...
+
+    def on_tokens(self, count: int) -> None: ...
+
+    def on_finished(self, outcome: str) -> None: ...
+
+
+class _NullObserver:
+    def on_batch(self, running: int, waiting: int) -> None:
+        pass
+
+    def on_tokens(self, count: int) -> None:
+        pass
+
+    def on_finished(self, outcome: str) -> None:
+        pass
+
+
+@dataclass
+class GenerationRequest:
+    prompt: list[int]
+    params: SamplingParams
+    sink: TokenSink
+    stop_words: list[list[int]]
+    bad_words: list[list[int]]
+
+    @property
+    def reserved_tokens(self) -> int:
+        return len(self.prompt) + self.params.max_tokens
+
+
+@dataclass
+class _Running:
+    request: GenerationRequest
+    state: SequenceState
+
+
+class InflightBatcher:
+    """Serves `GenerationRequest`s with in-flight batching on one background thread."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        decode: Decode,
+        limits: EngineLimits,
+        *,
+        max_batch_size: int,
+        observer: EngineObserver | None = None,
+    ) -> None:
+        self._model = model
+        self._decode = decode
+        self._limits = limits
+        self._max_batch_size = max_batch_size
+        self._observer: EngineObserver = observer or _NullObserver()
+        self._waiting: deque[GenerationRequest] = deque()
+        self._running: list[_Running] = []
+        self._kv = BatchedKVCache()
+        self._wakeup = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, request: GenerationRequest) -> None:
+        with self._wakeup:
+            self._waiting.append(request)
+            self._wakeup.notify()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="inflight-batcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        for request in [*self._waiting, *(r.request for r in self._running)]:
+            request.sink.on_error("the engine is shutting down")
+        self._waiting.clear()
+        self._running.clear()
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                busy = self.run_once()
+            except Exception:  # a bug must not kill the thread that serves everyone
+                log.exception("engine iteration failed")
+                self._fail_running("internal engine error")
+                busy = False
+            if not busy:
+                with self._wakeup:
+                    if not self._waiting and not self._stopping:
+                        self._wakeup.wait(timeout=0.05)
+
+    @torch.inference_mode()
+    def run_once(self) -> bool:
+        """One iteration: cancellations, admissions, one decode step. False when idle."""
+        self._drop_cancelled()
+        self._admit()
+        self._observer.on_batch(len(self._running), len(self._waiting))
+        if not self._running:
+            return bool(self._waiting)
+        self._decode_step()
+        return True
+
+    def _drop_cancelled(self) -> None:
+        keep = [i for i, run in enumerate(self._running) if not run.request.sink.is_cancelled()]
+        if len(keep) == len(self._running):
+            return
+        for i, run in enumerate(self._running):
+            if i not in keep:
+                run.request.sink.on_cancelled()
+                self._observer.on_finished("cancelled")
+        self._running = [self._running[i] for i in keep]
+        self._kv.keep_rows(keep)
+
+    def _reserved(self) -> int:
+        return sum(run.request.reserved_tokens for run in self._running)
+
+    def _admit(self) -> None:
+        while len(self._running) < self._max_batch_size:
+            with self._wakeup:
+                if not self._waiting:
+                    return
+                request = self._waiting[0]
+                if self._running and (
+                    self._reserved() + request.reserved_tokens > self._limits.kv_cache_max_tokens
+                ):
+                    return  # wait for KV cache room; the request stays first in line
+                self._waiting.popleft()
+            if request.sink.is_cancelled():
+                request.sink.on_cancelled()
+                self._observer.on_finished("cancelled")
+                continue
+            try:
+                self._prefill(request)
+            except Exception as error:
+                log.exception("prefill failed")
+                request.sink.on_error(f"prefill failed: {error}")
+                self._observer.on_finished("error")
+
+    def _prefill(self, request: GenerationRequest) -> None:
+        cache = DynamicCache(config=self._model.config)
+        output = self._model(
+            input_ids=torch.tensor([request.prompt]),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        state = SequenceState(
+            params=request.params,
+            prompt=request.prompt,
+            words=WordRules(self._decode, request.stop_words, request.bad_words),
+        )
+        run = _Running(request=request, state=state)
+        if not self._advance(run, output.logits[0, -1].float()):
+            self._kv.add_sequence(cache)
+            self._running.append(run)
+
+    def _decode_step(self) -> None:
+        mask, positions = self._kv.decode_inputs()
+        last = torch.tensor([[run.state.generated[-1]] for run in self._running])
+        output = self._model(
+            input_ids=last,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=self._kv.cache,
+            use_cache=True,
+        )
+        self._kv.advance()
+        logits = output.logits[:, -1].float()
+        keep = [
+            i for i, run in enumerate(self._running) if not self._advance(run, logits[i].clone())
+        ]
+        if len(keep) != len(self._running):
+            self._running = [self._running[i] for i in keep]
+            self._kv.keep_rows(keep)
+
+    def _advance(self, run: _Running, logits: torch.Tensor) -> bool:
+        """Choose and emit one token for `run`; True when the sequence has finished."""
+        state, params, sink = run.state, run.request.params, run.request.sink
+        choice = choose_token(logits, state)
+        state.append(choice.token)
+        self._observer.on_tokens(1)
+        finish: FinishReason | None = None
+        if choice.token == params.end_id:
+            sink.on_tokens([], [], FinishReason.STOP)
+            self._observer.on_finished(FinishReason.STOP.value)
+            return True
+        if state.words.hits_stop_word(state.generated):
+            finish = FinishReason.STOP_WORD
+        elif len(state.generated) >= params.max_tokens:
+            finish = FinishReason.LENGTH
+        sink.on_tokens([choice.token], [choice.logprob], finish)
+        if finish is not None:
+            self._observer.on_finished(finish.value)
+        return finish is not None
+
+    def _fail_running(self, message: str) -> None:
+        for run in self._running:
+            run.request.sink.on_error(message)
+            self._observer.on_finished("error")
+        self._running = []
+        self._kv = BatchedKVCache()

@@ -1,0 +1,114 @@
+"""Stop and bad words for one sequence, matched on token ids and on decoded text.
+
+Token-sequence matching alone (TensorRT-LLM's rule) misses a word the model spells with other
+tokens than the word's own encoding ("Par"+"is" for "Paris"). So both lists are also matched as
+strings on a short decoded window: a stop string anywhere in the generated text ends the
+sequence, and a candidate token whose text would complete a bad word is rejected before it is
+emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Decode = Callable[[list[int]], str]
+
+
+def text_decoder(tokenizer: Any) -> Decode:
+    """A tokenizer's `decode` as the one-sequence, text-only function the engine needs."""
+
+    def decode(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids))
+
+    return decode
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isascii() and (char.isalnum() or char == "_")
+
+
+def _strings(decode: Decode, words: Sequence[Sequence[int]]) -> list[str]:
+    # The variants " Paris" and "Paris" both decode to text containing "Paris"; whitespace-only
+    # words ("\n\n") keep their text.
+    texts = {decode(list(word)) for word in words}
+    return sorted({text.strip() or text for text in texts if text})
+
+
+class WordRules:
+    """Stop and bad word matching for one sequence."""
+
+    def __init__(
+        self,
+        decode: Decode,
+        stop_words: Sequence[Sequence[int]] = (),
+        bad_words: Sequence[Sequence[int]] = (),
+    ) -> None:
+        self._decode = decode
+        self._stop_ids = [tuple(word) for word in stop_words if word]
+        self._bad_ids = [tuple(word) for word in bad_words if word]
+        self._stop_strings = _strings(decode, self._stop_ids)
+        self._bad_strings = _strings(decode, self._bad_ids)
+        # A window of this many tokens always holds a whole word plus its neighbours: a token
+        # decodes to at least one byte, and a character is at most four.
+        self._stop_window = self._window(self._stop_ids, self._stop_strings)
+        self._bad_window = self._window(self._bad_ids, self._bad_strings)
+
+    @staticmethod
+    def _window(ids: Sequence[tuple[int, ...]], strings: Sequence[str]) -> int:
+        longest_ids = max((len(word) for word in ids), default=0)
+        longest_bytes = max((len(text.encode()) for text in strings), default=0)
+        return max(longest_ids, longest_bytes) + 2
+
+    @property
+    def has_bad_words(self) -> bool:
+        return bool(self._bad_ids)
+
+    @property
+    def has_stop_words(self) -> bool:
+        return bool(self._stop_ids)
+
+    def banned_tokens(self, context: Sequence[int]) -> set[int]:
+        """Tokens that would complete a bad word's token sequence after `context`."""
+        banned: set[int] = set()
+        for word in self._bad_ids:
+            prefix = word[:-1]
+            if not prefix or tuple(context[-len(prefix) :]) == prefix:
+                banned.add(word[-1])
+        return banned
+
+    def completes_bad_word(self, context: Sequence[int], token: int) -> bool:
+        """Whether appending `token` makes a bad word appear (as a whole word) in the text."""
+        if not self._bad_strings:
+            return False
+        tail = list(context[-self._bad_window :])
+        before = self._decode(tail)
+        after = self._decode([*tail, token])
+        # Only occurrences that end inside the new token's text are new.
+        new_from = len(before) if after.startswith(before) else 0
+        for word in self._bad_strings:
+            start = after.find(word, max(0, new_from - len(word) + 1))
+            while start != -1:
+                if self._is_whole_word(after, word, start):
+                    return True
+                start = after.find(word, start + 1)
+        return False
+
+    @staticmethod
+    def _is_whole_word(text: str, word: str, start: int) -> bool:
+        # A word that starts or ends with a letter only counts where it is not part of a longer
+        # word; the end of the text counts as a boundary, because the next token could be one.
+        end = start + len(word)
+        if _is_word_char(word[0]) and start > 0 and _is_word_char(text[start - 1]):
+            return False
+        return not (_is_word_char(word[-1]) and end < len(text) and _is_word_char(text[end]))
+
+    def hits_stop_word(self, generated: Sequence[int]) -> bool:
+        """Whether the generated tokens now end with a stop word or their text contains one."""
+        if not self._stop_ids:
+            return False
+        for word in self._stop_ids:
+            if tuple(generated[-len(word) :]) == word:
+                return True
+        text = self._decode(list(generated[-self._stop_window :]))
+        return any(word in text for word in self._stop_strings)

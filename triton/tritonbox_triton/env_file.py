@@ -1,0 +1,61 @@
+"""Reject unknown keys in `.env`: with `extra="ignore"` a typo would silently keep a default.
+
+Every service's settings class reads the same `.env`, so a key is known when any of them has a
+field for it. Services add their settings class to SETTINGS_CLASSES (or pass their own classes to
+`known_env_keys`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
+from dotenv.parser import parse_stream
+from pydantic_settings import BaseSettings
+
+from tritonbox_triton.settings import TritonSettings
+
+# The extension point: one entry per service settings class that reads `.env`.
+SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (TritonSettings,)
+
+
+class EnvFileError(ValueError):
+    """`.env` has unknown or malformed lines; the message lists each with its line number."""
+
+
+def known_env_keys(classes: Iterable[type[BaseSettings]] = SETTINGS_CLASSES) -> frozenset[str]:
+    """The upper-case environment names of the classes' fields (env_prefix included)."""
+    keys: set[str] = set()
+    for cls in classes:
+        prefix = str(cls.model_config.get("env_prefix") or "")
+        keys.update(f"{prefix}{name}".upper() for name in cls.model_fields)
+    return frozenset(keys)
+
+
+def check_env_file(path: Path, known_keys: Iterable[str]) -> None:
+    """Raise EnvFileError listing every unknown key in `path`, with a "did you mean" hint.
+
+    A missing file is fine: every setting has a default or is checked by its settings class.
+    Keys are compared case-insensitively, as pydantic-settings reads them.
+    """
+    if not path.is_file():
+        return
+    known = sorted({key.upper() for key in known_keys})
+    problems: list[str] = []
+    with path.open(encoding="utf-8") as stream:
+        for binding in parse_stream(stream):
+            line = binding.original.line
+            if binding.error:
+                problems.append(f"  line {line}: cannot parse {binding.original.string.strip()!r}")
+                continue
+            if binding.key is None or binding.key.upper() in known:
+                continue  # comments and blank lines have no key
+            hint = difflib.get_close_matches(binding.key.upper(), known, n=1)
+            suggestion = f" (did you mean {hint[0]}?)" if hint else ""
+            problems.append(f"  line {line}: unknown key {binding.key}{suggestion}")
+    if problems:
+        raise EnvFileError(
+            f"{path} has {len(problems)} problem(s) (no service reads an unknown key, so a "
+            "mistyped setting would silently keep its default):\n" + "\n".join(problems)
+        )
