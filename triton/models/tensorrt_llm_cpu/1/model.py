@@ -36,7 +36,7 @@ OPTIONAL_INPUTS = (
     "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list",
     "bad_words_list", "beam_width", "temperature", "runtime_top_k", "runtime_top_p",
     "repetition_penalty", "min_tokens", "presence_penalty", "frequency_penalty", "seed",
-    "return_log_probs", "streaming", "exclude_input_in_output",
+    "return_log_probs", "streaming", "exclude_input_in_output", "stop",
 )  # fmt: skip
 
 
@@ -197,6 +197,11 @@ class TritonPythonModel:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             if tensor is not None:
                 tensors[name] = tensor.as_numpy()
+        if "stop" in tensors and bool(tensors["stop"].reshape(-1)[0]):
+            # TensorRT-LLM's `stop`: end the running request that has this request's id.
+            self._engine.stop_request(request.request_id())
+            sender.send(_response([], []), flags=FINAL)
+            return
         try:
             prompt = prompt_ids(tensors, self._limits)
             params = sampling_params(
@@ -223,6 +228,7 @@ class TritonPythonModel:
                 sink=TritonSink(sender, params, prompt),
                 stop_words=stop_words,
                 bad_words=bad_words,
+                request_id=request.request_id(),
             )
         )
 
