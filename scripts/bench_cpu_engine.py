@@ -31,10 +31,10 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
-from tritonbox_triton.server import TritonServer
 
 from tritonbox_triton.client import Generation, GenerationRequest, TritonLLMClient
 from tritonbox_triton.render import render_repository
+from tritonbox_triton.server import TritonServer
 from tritonbox_triton.settings import TritonSettings
 
 REPO = Path(__file__).resolve().parent.parent

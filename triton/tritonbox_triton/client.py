@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,7 +142,7 @@ class TritonLLMClient:
 
         return self._client._client_stub.ModelStreamInfer(messages())
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
         """Yield each response as it arrives; the last one has `final=True`."""
         call = self._open(request.model, request.request_id, build_inputs(request))
         finished = False
