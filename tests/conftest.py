@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,23 +14,28 @@ import pytest
 from tritonbox_triton.prepare_model import prepare_default_model
 from tritonbox_triton.render import render_repository
 from tritonbox_triton.server import TritonServer
-from tritonbox_triton.settings import TritonSettings
+from tritonbox_triton.settings import DEFAULT_MODEL_NAME, TritonSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVER_TESTS = Path(__file__).parent / "triton" / "server"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Everything under tests/triton/server talks to the real server: `-m "not server"` skips it.
+    # Everything under tests/triton/server, and any test that uses the `triton_server` fixture,
+    # talks to the real server: `-m "not server"` skips them all.
     for item in items:
-        if SERVER_TESTS in Path(str(item.fspath)).parents:
+        uses_server = "triton_server" in getattr(item, "fixturenames", ())
+        if uses_server or SERVER_TESTS in item.path.parents:
             item.add_marker(pytest.mark.server)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports (all held open while choosing, so none repeats)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 @dataclass
@@ -52,22 +58,31 @@ class RunningTriton:
 
 @pytest.fixture(scope="session")
 def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningTriton]:
-    """tritonserver serving the cpu flavour of the ensemble with the default model."""
+    """tritonserver serving the cpu flavour of the ensemble with the default model.
+
+    Tests may stop and start `server`; they must leave it ready (`wait_ready`) for the next.
+    """
     cache_dir = REPO_ROOT / ".cache"
-    prepare_default_model(cache_dir / "models" / "SmolLM2-135M-Instruct")
+    # Built once per machine (a fresh CI clone too), then reused by every session.
+    prepare_default_model(cache_dir / "models" / DEFAULT_MODEL_NAME)
     factory: Any = TritonSettings  # `_env_file=None`: tests ignore a developer's .env
-    settings: TritonSettings = factory(
-        _env_file=None,
-        cache_dir=cache_dir,
-        model_repository=tmp_path_factory.mktemp("model_repository"),
-        max_input_len=512,
-        max_output_len=512,
-        triton_http_port=free_port(),
-        triton_grpc_port=free_port(),
-        triton_metrics_port=free_port(),
-    )
+    http_port, grpc_port, metrics_port = free_ports(3)
+    with pytest.MonkeyPatch.context() as environment:
+        for name in TritonSettings.model_fields:  # ... and their exported settings
+            environment.delenv(name.upper(), raising=False)
+        settings: TritonSettings = factory(
+            _env_file=None,
+            cache_dir=cache_dir,
+            model_repository=tmp_path_factory.mktemp("model_repository"),
+            max_input_len=512,
+            max_output_len=512,
+            triton_http_port=http_port,
+            triton_grpc_port=grpc_port,
+            triton_metrics_port=metrics_port,
+        )
     render_repository(settings)
-    server = TritonServer(settings)
+    log_path = tmp_path_factory.mktemp("tritonserver") / "tritonserver.log"
+    server = TritonServer(settings, log_path=log_path)
     server.start()
     try:
         server.wait_ready(settings.triton_ready_timeout_s)

@@ -8,9 +8,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tritonbox_triton.errors import RequestError
 from tritonbox_triton.tokenization import (
     PreprocessingLimits,
-    RequestError,
     TokenIds,
     decode_outputs,
     default_token_ids,

@@ -6,8 +6,9 @@ import argparse
 import logging
 import signal
 import sys
-import threading
+import time
 from pathlib import Path
+from types import FrameType
 
 from pydantic import ValidationError
 
@@ -15,7 +16,7 @@ from .env_file import EnvFileError, check_env_file, known_env_keys
 from .prepare_model import ModelPreparationError, prepare_default_model
 from .render import RenderError, render_repository
 from .server import TritonServer, TritonServerError
-from .settings import TritonSettings
+from .settings import EngineFlavour, TritonSettings
 
 log = logging.getLogger("tritonbox_triton")
 
@@ -28,29 +29,44 @@ def load_settings(env_file: Path) -> TritonSettings:
 
 
 def prepare(settings: TritonSettings) -> None:
+    """Build the default model once, unless MODEL_DIR names another (trtllm needs neither)."""
+    if settings.engine is EngineFlavour.TRTLLM:
+        return
     if settings.model_dir is None:
         prepare_default_model(settings.default_model_dir.resolve())
     elif not settings.resolved_model_dir.is_dir():
         raise ModelPreparationError(f"MODEL_DIR {settings.resolved_model_dir} is not a directory")
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM (docker stop, systemd, CI) takes the same path as Ctrl-C: the server is stopped.
+    raise KeyboardInterrupt
+
+
 def serve(settings: TritonSettings) -> None:
+    """Prepare, render and serve until Ctrl-C or SIGTERM; raise when the server fails."""
+    signal.signal(signal.SIGTERM, _interrupt)
     prepare(settings)
     repository = render_repository(settings)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
     with TritonServer(settings, model_repository=repository) as server:
         server.wait_ready(settings.triton_ready_timeout_s)
+        metrics = f"http://{settings.triton_host}:{settings.triton_metrics_port}/metrics"
         print(f"Triton is ready ({settings.engine.value} engine, model repository {repository})")
         print(f"  gRPC     {settings.grpc_url}")
         print(f"  HTTP     {settings.http_url}")
-        print(f"  metrics  http://{settings.triton_host}:{settings.triton_metrics_port}/metrics")
+        print(f"  metrics  {metrics}")
+        # Later issues start the api and the playground here, against settings.grpc_url.
         print("Press Ctrl-C to stop.", flush=True)
-        while not stop.wait(1.0):
-            if not server.is_alive():
-                raise TritonServerError(f"tritonserver exited:\n{server.log_tail()}")
-        log.info("stopping tritonserver")
+        try:
+            while server.is_alive():
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            log.info("stopping")
+            return
+        raise TritonServerError(
+            f"tritonserver exited with code {server.returncode}; "
+            f"the end of {server.log_path}:\n{server.log_tail()}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         ModelPreparationError,
         RenderError,
         TritonServerError,
+        OSError,  # a disk, permission or path problem: its message names the file
     ) as error:
         print(f"tritonbox-triton {args.command}: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"tritonbox-triton {args.command}: interrupted", file=sys.stderr)
+        return 130
     return 0

@@ -1,23 +1,16 @@
 """Run the real `tritonserver` natively: the binary shipped in the `nvidia-pytriton` wheel, on CPU.
 
-The wheel holds a full Triton (2.51): the server, its libraries, the Python backend and one
-backend stub per Python version. Three details make it work in a virtual environment
-(DESIGN.md §7): the stub for the running Python is put next to `libtriton_python.so`; the
-interpreter's own libpython comes first on `LD_LIBRARY_PATH` (Debian's copy is otherwise found
-first and `ssl` fails to import inside models); and the environment's `bin/` comes first on
-`PATH`, so the stub runs with this environment's packages.
+`server_setup` prepares what it needs (backend directory, environment, free ports); this module
+owns the process: start, readiness with a time-out, logs, and a stop that leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import logging
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import sysconfig
 import time
 import urllib.error
 import urllib.request
@@ -25,69 +18,66 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from .server_setup import (
+    TritonServerError,
+    check_ports_free,
+    die_with_parent,
+    install_backends,
+    server_environment,
+    wheel_dir,
+)
 from .settings import TritonSettings
+
+__all__ = ["READY_MODELS", "TritonServer", "TritonServerError"]
 
 log = logging.getLogger(__name__)
 
-ENSEMBLE_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
-
-
-class TritonServerError(RuntimeError):
-    """The server could not be started or did not become ready; the message says why."""
-
-
-def wheel_dir() -> Path:
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or spec.origin is None:
-        raise TritonServerError("nvidia-pytriton is not installed: run scripts/install")
-    return Path(spec.origin).parent / "tritonserver"
-
-
-def backends_dir(cache_dir: Path) -> Path:
-    """A backend directory whose python backend has the stub for this interpreter."""
-    source = wheel_dir()
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = source / "python_backend_stubs" / version / "triton_python_backend_stub"
-    if not stub.is_file():
-        raise TritonServerError(f"the Triton wheel has no Python backend stub for Python {version}")
-    target = cache_dir.resolve() / "triton_backends"
-    python = target / "python"
-    python.mkdir(parents=True, exist_ok=True)
-    for item in (source / "backends" / "python").iterdir():
-        if item.is_file():
-            shutil.copy2(item, python / item.name)
-    shutil.copy2(stub, python / stub.name)
-    return target
-
-
-def server_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    libs = wheel_dir().parent.parent / "nvidia_pytriton.libs"
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    paths = [libdir, str(libs), env.get("LD_LIBRARY_PATH", "")]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in paths if p)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    # The repo's top-level `triton/` folder must never shadow OpenAI's `triton` package.
-    env["PYTHONSAFEPATH"] = "1"
-    return env
+READY_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
+# Open streams hold shutdown for this long; Triton's default (30 s) stalls every restart.
+EXIT_TIMEOUT_S = 5
+# Readiness polls go straight to the server: an http_proxy in the environment must not see them.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class TritonServer:
-    """One `tritonserver` process serving a rendered model repository."""
+    """One `tritonserver` process (in its own process group) serving a model repository."""
 
-    def __init__(self, settings: TritonSettings, *, model_repository: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: TritonSettings,
+        *,
+        model_repository: Path | None = None,
+        log_path: Path | None = None,
+    ) -> None:
         self.settings = settings
         self.model_repository = (model_repository or settings.resolved_model_repository).resolve()
         self.cache_dir = settings.cache_dir.resolve()
-        self.log_path = self.cache_dir / "logs" / f"tritonserver-{settings.triton_grpc_port}.log"
+        self.backend_directory = self.cache_dir / "triton_backends"
+        default_log = self.cache_dir / "logs" / f"tritonserver-{settings.triton_grpc_port}.log"
+        self.log_path = (log_path or default_log).resolve()
+        self.executable = wheel_dir() / "bin" / "tritonserver"
         self._process: subprocess.Popen[bytes] | None = None
 
-    def command(self, backend_directory: Path) -> list[str]:
+    @property
+    def local_http_url(self) -> str:
+        """Where this machine reaches the HTTP port (a wildcard listen address is not one)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(self.settings.triton_host)
+        host = host or self.settings.triton_host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.settings.triton_http_port}"
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the process has ended; None while it runs or before start()."""
+        return None if self._process is None else self._process.poll()
+
+    def command(self) -> list[str]:
         s = self.settings
         return [
-            str(wheel_dir() / "bin" / "tritonserver"),
+            str(self.executable),
             f"--model-repository={self.model_repository}",
-            f"--backend-directory={backend_directory}",
+            f"--backend-directory={self.backend_directory}",
             f"--http-address={s.triton_host}",
             f"--http-port={s.triton_http_port}",
             f"--grpc-address={s.triton_host}",
@@ -95,73 +85,110 @@ class TritonServer:
             f"--metrics-address={s.triton_host}",
             f"--metrics-port={s.triton_metrics_port}",
             f"--log-verbose={s.triton_log_verbose}",
-            # Open streams hold shutdown for this long; the default (30 s) stalls restarts.
-            "--exit-timeout-secs=5",
+            f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
         ]
 
     def start(self) -> None:
+        """Start the server (no-op while it runs); output goes to `log_path`, truncated first.
+
+        Call it from a thread that outlives the server: the child is told to stop when the
+        thread that forked it ends.
+        """
         if self.is_alive():
             return
-        command = self.command(backends_dir(self.cache_dir))
+        check_ports_free(self.settings)
+        install_backends(self.backend_directory)
+        command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log.info("starting %s", " ".join(command))
+        log.info("starting %s (log: %s)", " ".join(command), self.log_path)
         with self.log_path.open("wb") as output:
             self._process = subprocess.Popen(
                 command,
+                stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 env=server_environment(),
-                cwd=self.cache_dir,  # never the repo root: see server_environment()
+                # Never the repo root: its `triton/` folder would shadow the `triton` package.
+                cwd=self.cache_dir,
+                # Own process group: stop() signals the server and its backend stubs together,
+                # and a Ctrl-C in the terminal reaches only the launcher, which then stops it.
                 start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
 
     def is_alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def _get(self, path: str) -> bool:
+    def _ok(self, path: str) -> bool:
         try:
-            with urllib.request.urlopen(self.settings.http_url + path, timeout=2) as response:
+            with _OPENER.open(self.local_http_url + path, timeout=2) as response:
                 return bool(response.status == 200)
         except (urllib.error.URLError, OSError):
             return False
 
     def is_ready(self) -> bool:
-        return self._get("/v2/health/ready") and all(
-            self._get(f"/v2/models/{model}/ready") for model in ENSEMBLE_MODELS
+        """Server ready and every model of the ensemble loaded and ready."""
+        return self._ok("/v2/health/ready") and all(
+            self._ok(f"/v2/models/{model}/ready") for model in READY_MODELS
         )
 
     def log_tail(self, lines: int = 30) -> str:
         if not self.log_path.is_file():
             return "(no server log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        with self.log_path.open("rb") as stream:
+            stream.seek(max(0, stream.seek(0, os.SEEK_END) - 64 * 1024))
+            text = stream.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
 
     def wait_ready(self, timeout_s: float) -> None:
+        """Block until is_ready(); raise TritonServerError (with the log's tail) when the process
+        ends first or `timeout_s` passes."""
+        if self._process is None:
+            raise TritonServerError("tritonserver was not started")
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.is_ready():
-                return
-            if self._process is not None and self._process.poll() is not None:
+        while True:
+            # The exit check comes first: another server on our HTTP port must not pass for us.
+            code = self._process.poll()
+            if code is not None:
                 raise TritonServerError(
-                    f"tritonserver exited with code {self._process.returncode} before it was "
-                    f"ready; the end of {self.log_path}:\n{self.log_tail()}"
+                    f"tritonserver exited with code {code} before it was ready; "
+                    f"the end of {self.log_path}:\n{self.log_tail()}"
+                )
+            if self.is_ready():
+                log.info("tritonserver is ready at %s", self.local_http_url)
+                return
+            if time.monotonic() >= deadline:
+                raise TritonServerError(
+                    f"tritonserver (still running) was not ready after {timeout_s:.0f} s "
+                    f"(TRITON_READY_TIMEOUT_S); the end of {self.log_path}:\n{self.log_tail()}"
                 )
             time.sleep(0.5)
-        raise TritonServerError(
-            f"tritonserver was not ready after {timeout_s:.0f} s (TRITON_READY_TIMEOUT_S); "
-            f"the end of {self.log_path}:\n{self.log_tail()}"
-        )
+
+    def _signal_group(self, process: subprocess.Popen[bytes], signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):  # the whole group has already exited
+            os.killpg(process.pid, signum)
 
     def stop(self, grace_s: float = 15.0) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        """SIGTERM to the process group, SIGKILL after `grace_s`. Idempotent.
+
+        A second Ctrl-C while waiting kills at once rather than leaving the server behind.
+        """
+        process = self._process
+        if process is None:
             return
-        os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            log.warning("tritonserver did not stop in %.0f s; killing it", grace_s)
-            os.killpg(process.pid, signal.SIGKILL)
+            if process.poll() is None:
+                log.info("stopping tritonserver (pid %d)", process.pid)
+                self._signal_group(process, signal.SIGTERM)
+                try:
+                    process.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    log.warning("tritonserver did not stop in %.0f s; killing it", grace_s)
+        finally:
+            # Also reaps backend stubs that outlived the server.
+            self._signal_group(process, signal.SIGKILL)
             process.wait()
+            self._process = None
 
     def __enter__(self) -> Self:
         self.start()

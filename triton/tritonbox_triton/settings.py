@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Self
+from typing import Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -24,52 +24,119 @@ class EngineFlavour(StrEnum):
 
 
 class TritonSettings(BaseSettings):
-    """Settings of the Triton service (model repository rendering and the server launch)."""
+    """triton: the engine, the model repository and the server."""
 
     model_config = SettingsConfigDict(
         env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True
     )
 
-    engine: EngineFlavour = EngineFlavour.CPU
-    cache_dir: Path = Path(".cache")
+    engine: EngineFlavour = Field(
+        default=EngineFlavour.CPU,
+        description="Engine flavour: cpu = embedded torch engine (any machine), "
+        "trtllm = TensorRT-LLM engine on a GPU.",
+    )
+    cache_dir: Path = Field(
+        default=Path(".cache"),
+        description="Where the default model, the rendered repository and server logs are kept.",
+    )
     model_dir: Path | None = Field(
         default=None,
-        description="cpu flavour: a Hugging Face checkpoint directory; empty = the default model "
-        "prepared into CACHE_DIR/models.",
+        description="cpu: a local Hugging Face checkpoint directory; unset = the default model "
+        "(SmolLM2-135M-Instruct) prepared into CACHE_DIR/models.",
     )
     tokenizer_dir: Path | None = Field(
-        default=None, description="Tokenizer directory; empty = MODEL_DIR (cpu flavour)."
+        default=None,
+        description="Tokenizer directory; unset = MODEL_DIR. Required for ENGINE=trtllm.",
     )
     engine_dir: Path | None = Field(
-        default=None, description="trtllm flavour: the TensorRT-LLM engine directory."
+        default=None,
+        description="trtllm: the TensorRT-LLM engine directory (config.json + rank*.engine).",
     )
     model_repository: Path | None = Field(
         default=None,
-        description="Where the rendered model repository goes; empty = CACHE_DIR/model_repository.",
+        description="Where the model repository is rendered; unset = CACHE_DIR/model_repository.",
     )
 
-    max_batch_size: Annotated[int, Field(ge=1, le=256)] = 16
-    max_input_len: Annotated[int, Field(ge=1, le=131072)] = 2048
-    max_output_len: Annotated[int, Field(ge=1, le=131072)] = 1024
-    kv_cache_max_tokens: Annotated[int, Field(ge=0)] = 65536
-    kv_cache_free_gpu_mem_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
-    enable_kv_cache_reuse: bool = False
-    preprocessing_instance_count: Annotated[int, Field(ge=1, le=64)] = 1
-    postprocessing_instance_count: Annotated[int, Field(ge=1, le=64)] = 1
-    max_queue_delay_microseconds: Annotated[int, Field(ge=0)] = 0
-    max_queue_size: Annotated[int, Field(ge=0)] = 0
-    decoupled_mode: bool = True
-    tensor_parallelism: Annotated[int, Field(ge=1, le=64)] = 1
-    cpu_threads: Annotated[int, Field(ge=0, le=512)] = Field(
-        default=0, description="Torch threads for the cpu engine; 0 = all cores."
+    max_batch_size: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description="Requests batched together (cpu: decoded together); at most the engine's "
+        "build setting.",
+    )
+    max_input_len: int = Field(
+        default=2048,
+        ge=1,
+        le=131072,
+        description="Longest prompt in tokens; longer prompts are refused with a message.",
+    )
+    max_output_len: int = Field(
+        default=1024, ge=1, le=131072, description="Largest max_tokens one request may ask for."
+    )
+    kv_cache_max_tokens: int = Field(
+        default=65536,
+        ge=0,
+        description="KV cache in tokens (prompt + output of all running requests); 0 = no cap "
+        "of its own (cpu: MAX_BATCH_SIZE x (MAX_INPUT_LEN + MAX_OUTPUT_LEN); trtllm: the "
+        "memory fraction).",
+    )
+    kv_cache_free_gpu_mem_fraction: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="trtllm: share of free GPU memory the KV cache may take.",
+    )
+    enable_kv_cache_reuse: bool = Field(
+        default=False,
+        description="trtllm: reuse the KV cache of shared prompt prefixes (system prompts).",
+    )
+    preprocessing_instance_count: int = Field(
+        default=1, ge=1, le=64, description="Instances of the tokenizing preprocessing step."
+    )
+    postprocessing_instance_count: int = Field(
+        default=1, ge=1, le=64, description="Instances of the detokenizing postprocessing step."
+    )
+    max_queue_delay_microseconds: int = Field(
+        default=0,
+        ge=0,
+        description="How long the engine step waits to fill a batch (0 = no wait).",
+    )
+    max_queue_size: int = Field(
+        default=0,
+        ge=0,
+        description="Requests that may queue in front of the engine before Triton refuses more "
+        "(0 = unbounded).",
+    )
+    decoupled_mode: bool = Field(
+        default=True,
+        description="Decoupled engine step: needed for streaming; false only for "
+        "request/response clients.",
+    )
+    tensor_parallelism: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="trtllm: GPUs per engine (one tritonserver rank each); must equal the "
+        "engine's build setting.",
+    )
+    cpu_threads: int = Field(
+        default=0, ge=0, le=512, description="cpu: torch threads of the engine (0 = all cores)."
     )
 
-    triton_host: str = "127.0.0.1"
-    triton_http_port: Annotated[int, Field(ge=1, le=65535)] = 8000
-    triton_grpc_port: Annotated[int, Field(ge=1, le=65535)] = 8001
-    triton_metrics_port: Annotated[int, Field(ge=1, le=65535)] = 8002
-    triton_ready_timeout_s: Annotated[float, Field(gt=0)] = 300.0
-    triton_log_verbose: Annotated[int, Field(ge=0, le=3)] = 0
+    triton_host: str = Field(
+        default="127.0.0.1", description="Address Triton listens on and clients connect to."
+    )
+    triton_http_port: int = Field(default=8000, ge=1, le=65535, description="Triton HTTP port.")
+    triton_grpc_port: int = Field(default=8001, ge=1, le=65535, description="Triton gRPC port.")
+    triton_metrics_port: int = Field(
+        default=8002, ge=1, le=65535, description="Triton Prometheus metrics port."
+    )
+    triton_ready_timeout_s: float = Field(
+        default=300.0, gt=0, description="Seconds to wait for Triton to be ready before giving up."
+    )
+    triton_log_verbose: int = Field(
+        default=0, ge=0, le=3, description="Triton verbose log level (0 = off)."
+    )
 
     @model_validator(mode="after")
     def _flavour_requirements(self) -> Self:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from tritonbox_triton.errors import RequestError
 from tritonbox_triton.word_lists import encode_word_list, stack_word_lists
 
 Int32Array = npt.NDArray[np.int32]
@@ -31,10 +32,6 @@ class Tokenizer(Protocol):
     def batch_decode(
         self, sequences: list[list[int]], skip_special_tokens: bool = ...
     ) -> list[str]: ...
-
-
-class RequestError(ValueError):
-    """A request that cannot be served; the message goes back to that request's client only."""
 
 
 @dataclass(frozen=True, slots=True)

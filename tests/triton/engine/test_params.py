@@ -7,11 +7,11 @@ import pytest
 
 from tritonbox_triton.engine.params import (
     EngineLimits,
-    RequestError,
     SamplingParams,
     prompt_ids,
     sampling_params,
 )
+from tritonbox_triton.errors import RequestError
 
 LIMITS = EngineLimits(max_input_len=8, max_output_len=16, kv_cache_max_tokens=20)
 

@@ -13,9 +13,7 @@ from typing import Any
 
 import numpy as np
 
-
-class RequestError(ValueError):
-    """A request that cannot be served; the message goes back to that request's client only."""
+from tritonbox_triton.errors import RequestError
 
 
 @dataclass(frozen=True, slots=True)

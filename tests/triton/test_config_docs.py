@@ -1,0 +1,30 @@
+"""`.env.example` and README's configuration table match the settings classes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonbox_triton.config_docs import env_example, markdown_table, with_table
+from tritonbox_triton.env_file import check_env_file, known_env_keys
+
+REPO = Path(__file__).resolve().parents[2]
+REGENERATE = "run `.venv/bin/python scripts/gen_config_docs.py`"
+
+
+def test_env_example_is_generated_from_the_settings() -> None:
+    assert (REPO / ".env.example").read_text() == env_example(), REGENERATE
+
+
+def test_readme_table_is_generated_from_the_settings() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert readme == with_table(readme, markdown_table()), REGENERATE
+
+
+def test_env_example_has_only_known_keys() -> None:
+    check_env_file(REPO / ".env.example", known_env_keys())
+
+
+def test_every_setting_is_documented() -> None:
+    text = env_example()
+    for key in known_env_keys():
+        assert f"{key}=" in text
