@@ -1,5 +1,5 @@
 """Fixtures for the Triton package's unit tests: the default model's real tokenizer, and
-settings for both flavours that ignore the environment and `.env`."""
+settings for every flavour that ignore the environment and `.env`."""
 
 from __future__ import annotations
 
@@ -78,4 +78,12 @@ def trtllm(
         engine_dir=engine_dir,
         tokenizer_dir=tokenizer_dir,
         cache_dir=tmp_path / "cache",
+    )
+
+
+@pytest.fixture
+def synthetic(clean_environment: None, tmp_path: Path, tokenizer_dir: Path) -> TritonSettings:
+    # No model: only a tokenizer, for the canned text's ids.
+    return make_settings(
+        engine="synthetic", tokenizer_dir=tokenizer_dir, cache_dir=tmp_path / "cache"
     )

@@ -92,3 +92,22 @@ def test_trtllm_configs(trtllm: TritonSettings, tmp_path: Path, engine_dir: Path
     assert engine.max_batch_size == 8
     assert configs["postprocessing"].instance_group[0].count == 3
     check_ensemble_wiring(configs)
+
+
+def test_synthetic_configs(
+    synthetic: TritonSettings, cpu: TritonSettings, tmp_path: Path, tokenizer_dir: Path
+) -> None:
+    configs = parse(render_repository(synthetic, out_dir=tmp_path / "synthetic"))
+    cpu_engine = parse(render_repository(cpu, out_dir=tmp_path / "cpu"))["tensorrt_llm"]
+    engine = configs["tensorrt_llm"]
+    assert engine.name == "tensorrt_llm" and engine.backend == "python"
+    assert engine.model_transaction_policy.decoupled is True
+    params = {key: value.string_value for key, value in engine.parameters.items()}
+    assert params["tokenizer_dir"] == str(tokenizer_dir)
+    assert params["synthetic_token_interval_s"] == "0.0"
+    assert params["max_output_len"] == "1024"
+    # A stand-in for the cpu engine: exactly its tensors, so the ensemble cannot tell them apart.
+    assert list(engine.input) == list(cpu_engine.input)
+    assert list(engine.output) == list(cpu_engine.output)
+    assert engine.max_batch_size == cpu_engine.max_batch_size
+    check_ensemble_wiring(configs)

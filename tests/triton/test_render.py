@@ -1,4 +1,4 @@
-"""Rendering the model repository from the real templates, for both flavours."""
+"""Rendering the model repository from the real templates, for every flavour."""
 
 from __future__ import annotations
 
@@ -20,9 +20,14 @@ MODELS = {"ensemble", "preprocessing", "postprocessing", "tensorrt_llm"}
 
 
 @pytest.mark.parametrize(
-    ("flavour", "backend"), [("cpu", 'backend: "python"'), ("trtllm", 'backend: "tensorrtllm"')]
+    ("flavour", "backend"),
+    [
+        ("cpu", 'backend: "python"'),
+        ("trtllm", 'backend: "tensorrtllm"'),
+        ("synthetic", 'backend: "python"'),
+    ],
 )
-def test_both_flavours_render_completely(
+def test_every_flavour_renders_completely(
     request: pytest.FixtureRequest, tmp_path: Path, flavour: str, backend: str
 ) -> None:
     settings: TritonSettings = request.getfixturevalue(flavour)
@@ -98,6 +103,34 @@ def test_unclosed_placeholder(cpu: TritonSettings, tmp_path: Path) -> None:
 def test_flavour_keys_do_not_leak(cpu: TritonSettings, trtllm: TritonSettings) -> None:
     assert "engine_dir" not in placeholder_values(cpu)
     assert "model_dir" not in placeholder_values(trtllm)
+    assert "synthetic_token_interval_s" not in placeholder_values(cpu)
+
+
+def test_synthetic_renders_the_stand_in_as_tensorrt_llm(
+    synthetic: TritonSettings, tmp_path: Path, tokenizer_dir: Path
+) -> None:
+    settings = synthetic.model_copy(update={"synthetic_token_interval_s": 0.02})
+    values = placeholder_values(settings)
+    assert values["synthetic_token_interval_s"] == "0.02"
+    assert "model_dir" not in values and "engine_dir" not in values
+    repository = render_repository(settings, out_dir=tmp_path / "repo")
+    assert (repository / MARKER).read_text() == "synthetic\n"
+    engine = repository / "tensorrt_llm"
+    source = templates_dir() / "tensorrt_llm_synthetic" / "1" / "model.py"
+    assert (engine / "1" / "model.py").read_text() == source.read_text()
+    config = (engine / "config.pbtxt").read_text()
+    assert 'string_value: "0.02"' in config and f'string_value: "{tokenizer_dir}"' in config
+
+
+def test_synthetic_needs_no_model_only_a_tokenizer(
+    synthetic: TritonSettings, tmp_path: Path
+) -> None:
+    # MODEL_DIR is not read by the synthetic engine: a missing one matters only as the tokenizer.
+    without_model = synthetic.model_copy(update={"model_dir": tmp_path / "no_model"})
+    assert "model_dir" not in placeholder_values(without_model)
+    settings = synthetic.model_copy(update={"tokenizer_dir": tmp_path})
+    with pytest.raises(RenderError, match=r"has no tokenizer.json or tokenizer_config.json"):
+        placeholder_values(settings)
 
 
 def test_engine_template_must_be_named_tensorrt_llm(cpu: TritonSettings, tmp_path: Path) -> None:

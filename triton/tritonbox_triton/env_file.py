@@ -1,14 +1,15 @@
 """Reject unknown keys in `.env`: with `extra="ignore"` a typo would silently keep a default.
 
 Every service's settings class reads the same `.env`, so a key is known when any of them has a
-field for it. Services add their settings class to SETTINGS_CLASSES (or pass their own classes to
-`known_env_keys`).
+field for it. Each service registers its class under the `tritonbox.settings` entry point group
+(pyproject.toml), so this package need not import the others.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from dotenv.parser import parse_stream
@@ -16,18 +17,24 @@ from pydantic_settings import BaseSettings
 
 from tritonbox_triton.settings import TritonSettings
 
-# The extension point: one entry per service settings class that reads `.env`.
-SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (TritonSettings,)
+ENTRY_POINT_GROUP = "tritonbox.settings"
+
+
+def settings_classes() -> tuple[type[BaseSettings], ...]:
+    """Every installed service's settings class, Triton's first, in a stable order."""
+    found = {point.name: point.load() for point in entry_points(group=ENTRY_POINT_GROUP)}
+    found.pop("triton", None)
+    return (TritonSettings, *(found[name] for name in sorted(found)))
 
 
 class EnvFileError(ValueError):
     """`.env` has unknown or malformed lines; the message lists each with its line number."""
 
 
-def known_env_keys(classes: Iterable[type[BaseSettings]] = SETTINGS_CLASSES) -> frozenset[str]:
+def known_env_keys(classes: Iterable[type[BaseSettings]] | None = None) -> frozenset[str]:
     """The upper-case environment names of the classes' fields (env_prefix included)."""
     keys: set[str] = set()
-    for cls in classes:
+    for cls in settings_classes() if classes is None else classes:
         prefix = str(cls.model_config.get("env_prefix") or "")
         keys.update(f"{prefix}{name}".upper() for name in cls.model_fields)
     return frozenset(keys)

@@ -21,7 +21,11 @@ log = logging.getLogger(__name__)
 ENSEMBLE_MODELS = ("ensemble", "preprocessing", "postprocessing")
 ENGINE_MODEL = "tensorrt_llm"
 # The folder each flavour's engine step is rendered from; it is always served as ENGINE_MODEL.
-ENGINE_TEMPLATES = {EngineFlavour.TRTLLM: "tensorrt_llm", EngineFlavour.CPU: "tensorrt_llm_cpu"}
+ENGINE_TEMPLATES = {
+    EngineFlavour.TRTLLM: "tensorrt_llm",
+    EngineFlavour.CPU: "tensorrt_llm_cpu",
+    EngineFlavour.SYNTHETIC: "tensorrt_llm_synthetic",
+}
 CONFIG_FILE = "config.pbtxt"
 # Written last into a finished repository; only a folder holding it is ever cleared.
 MARKER = ".tritonbox-rendered"
@@ -92,6 +96,9 @@ def _check_engine_build(settings: TritonSettings, engine_dir: Path) -> None:
 
 
 def _engine_values(settings: TritonSettings) -> dict[str, str]:
+    if settings.engine is EngineFlavour.SYNTHETIC:
+        # No model: only the pace; the tokenizer (shared with pre/postprocessing) gives its text.
+        return {"synthetic_token_interval_s": str(settings.synthetic_token_interval_s)}
     if settings.engine is EngineFlavour.CPU:
         return {
             "model_dir": _existing_dir(

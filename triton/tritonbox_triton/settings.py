@@ -21,6 +21,8 @@ class EngineFlavour(StrEnum):
 
     CPU = "cpu"  # the embedded Python-backend engine (torch on CPU)
     TRTLLM = "trtllm"  # NVIDIA's C++ tensorrtllm backend with a TensorRT-LLM engine
+    # Benchmarking the api proxy only: streams canned tokens without a model, never a default.
+    SYNTHETIC = "synthetic"
 
 
 class TritonSettings(BaseSettings):
@@ -33,7 +35,8 @@ class TritonSettings(BaseSettings):
     engine: EngineFlavour = Field(
         default=EngineFlavour.CPU,
         description="Engine flavour: cpu = embedded torch engine (any machine), "
-        "trtllm = TensorRT-LLM engine on a GPU.",
+        "trtllm = TensorRT-LLM engine on a GPU, synthetic = no model, canned tokens at a fixed "
+        "pace (only for benchmarking the api).",
     )
     cache_dir: Path = Field(
         default=Path(".cache"),
@@ -121,6 +124,13 @@ class TritonSettings(BaseSettings):
     )
     cpu_threads: int = Field(
         default=0, ge=0, le=512, description="cpu: torch threads of the engine (0 = all cores)."
+    )
+    synthetic_token_interval_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=60,
+        description="synthetic: seconds between two tokens of one request (0 = as fast as "
+        "possible).",
     )
 
     triton_host: str = Field(

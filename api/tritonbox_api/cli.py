@@ -1,0 +1,45 @@
+"""`tritonbox-api serve`: run the api with uvicorn, after checking `.env` for unknown keys."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from pydantic import ValidationError
+
+from tritonbox_api.main import create_app
+from tritonbox_api.settings import ApiSettings
+from tritonbox_triton.env_file import EnvFileError, check_env_file, known_env_keys
+
+
+def load_settings(env_file: Path) -> ApiSettings:
+    check_env_file(env_file, known_env_keys())
+    factory: Any = ApiSettings  # `_env_file` is pydantic-settings' init-only option
+    settings: ApiSettings = factory(_env_file=env_file)
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tritonbox-api", description=__doc__)
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("--env-file", type=Path, default=Path(".env"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings(args.env_file)
+    except (EnvFileError, ValidationError) as error:
+        print(f"tritonbox-api {args.command}: {error}", file=sys.stderr)
+        return 1
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level="info",
+        # Streams must end promptly on Ctrl-C; running predictions are saved as canceled.
+        timeout_graceful_shutdown=5,
+    )
+    return 0

@@ -1,0 +1,205 @@
+"""Reading and writing predictions. Every helper takes the session first and commits its writes.
+
+Datetimes: SQLite keeps them as zone-less text. SQLModel's `UTCDateTime` column type (what the
+model's `datetime` fields map to) writes them in UTC and reads them back UTC-aware, so rows from
+these helpers always carry aware datetimes and comparisons in queries are in UTC. `as_utc`
+normalises any other datetime the same way (a naive one is taken as UTC), for code that gets one
+from elsewhere, e.g. a `Prediction` built in memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+from datetime import UTC, datetime
+from typing import Any, overload
+
+from sqlalchemy import and_, or_, update
+from sqlmodel import Session, col, select
+
+from tritonbox_api.db.models import FinishReason, Prediction, Source, Status, utc_now
+
+RUNNING = (Status.STARTING, Status.PROCESSING)
+INTERRUPTED_ERROR = "interrupted: the api stopped before this prediction finished"
+
+
+def new_prediction_id() -> str:
+    """192 random bits, URL-safe (32 characters of A-Z a-z 0-9 - _): ids cannot be guessed,
+    so a prediction's permalink is as private as the person who shares it."""
+    return secrets.token_urlsafe(24)
+
+
+@overload
+def as_utc(moment: datetime) -> datetime: ...
+@overload
+def as_utc(moment: None) -> None: ...
+def as_utc(moment: datetime | None) -> datetime | None:
+    """A datetime from the database as UTC-aware (a naive one was stored in UTC)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def create_prediction(
+    *,
+    session: Session,
+    id: str,
+    source: Source,
+    model: str,
+    input: dict[str, Any],
+    applied: dict[str, Any],
+    prompt_tokens: int | None,
+) -> Prediction:
+    """Insert a prediction that starts now (status `processing`)."""
+    now = utc_now()
+    row = Prediction(
+        id=id,
+        status=Status.PROCESSING,
+        source=source,
+        model=model,
+        input=input,
+        applied=applied,
+        prompt_tokens=prompt_tokens,
+        created_at=now,
+        started_at=now,
+    )
+    session.add(row)
+    session.commit()
+    return row
+
+
+def complete_prediction(
+    *,
+    session: Session,
+    id: str,
+    status: Status,
+    output: str,
+    finish_reason: FinishReason | None,
+    error: str | None,
+    completion_tokens: int,
+    time_to_first_token_s: float | None,
+    total_time_s: float,
+) -> Prediction:
+    """Record how a prediction ended, with its derived metrics.
+
+    Only a running prediction is completed: one already finished is returned unchanged, so a
+    cancel racing the normal end (or a second call) cannot overwrite the first ending.
+    Raises LookupError when there is no such prediction.
+    """
+    if not status.finished:
+        raise ValueError(f"status: a prediction ends succeeded, failed or canceled, not {status}")
+    per_token = None
+    if completion_tokens > 1 and time_to_first_token_s is not None:
+        # The first token's time is the prefill's; the rest are one decoding step each.
+        per_token = (total_time_s - time_to_first_token_s) / (completion_tokens - 1)
+    # One conditional UPDATE: the check and the write cannot be split by another writer.
+    session.execute(
+        update(Prediction)
+        .where(col(Prediction.id) == id, col(Prediction.status).in_(RUNNING))
+        .values(
+            status=status,
+            output=output,
+            finish_reason=finish_reason,
+            error=error,
+            completion_tokens=completion_tokens,
+            time_to_first_token_s=time_to_first_token_s,
+            time_per_output_token_s=per_token,
+            total_time_s=total_time_s,
+            tokens_per_second=completion_tokens / total_time_s if total_time_s > 0 else None,
+            completed_at=utc_now(),
+        )
+    )
+    session.commit()
+    row = get_prediction(session=session, id=id)
+    if row is None:
+        raise LookupError(f"prediction {id} not found")
+    return row
+
+
+def update_output(*, session: Session, id: str, output: str) -> bool:
+    """Save the output so far of a running prediction; False if it is not running (any more)."""
+    result = session.execute(
+        update(Prediction)
+        .where(col(Prediction.id) == id, col(Prediction.status).in_(RUNNING))
+        .values(output=output)
+    )
+    session.commit()
+    return bool(getattr(result, "rowcount", 0))
+
+
+def get_prediction(*, session: Session, id: str) -> Prediction | None:
+    # populate_existing: a row this session already holds is read again, not served stale.
+    return session.get(Prediction, id, populate_existing=True)
+
+
+def _encode_cursor(row: Prediction) -> str:
+    key = f"{as_utc(row.created_at).isoformat()}|{row.id}"
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        key = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        moment, separator, prediction_id = key.partition("|")
+        if not separator or not prediction_id:
+            raise ValueError("no separator")
+        created = as_utc(datetime.fromisoformat(moment))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValueError("cursor: not a cursor this api gave out (use `next` as is)") from None
+    return created, prediction_id
+
+
+def list_predictions(
+    *,
+    session: Session,
+    limit: int,
+    cursor: str | None = None,
+    status: Status | None = None,
+    source: Source | None = None,
+) -> tuple[list[Prediction], str | None]:
+    """Newest first; the cursor for the next (older) page, or None on the last page.
+
+    Keyset pagination on (created_at, id): rows inserted meanwhile shift nothing, so pages
+    neither repeat nor skip. Raises ValueError for a bad limit or cursor.
+    """
+    if limit < 1:
+        raise ValueError(f"limit: must be at least 1, got {limit}")
+    query = select(Prediction)
+    if status is not None:
+        query = query.where(col(Prediction.status) == status)
+    if source is not None:
+        query = query.where(col(Prediction.source) == source)
+    if cursor is not None:
+        created, last_id = _decode_cursor(cursor)
+        query = query.where(
+            or_(
+                col(Prediction.created_at) < created,
+                and_(col(Prediction.created_at) == created, col(Prediction.id) < last_id),
+            )
+        )
+    query = query.order_by(col(Prediction.created_at).desc(), col(Prediction.id).desc())
+    # One row more than asked tells whether another page follows, without a COUNT.
+    rows = list(session.exec(query.limit(limit + 1)))
+    if len(rows) <= limit:
+        return rows, None
+    page = rows[:limit]
+    return page, _encode_cursor(page[-1])
+
+
+def recover_interrupted(*, session: Session) -> int:
+    """Fail the predictions a crash left running; how many. Call once at start, before any."""
+    result = session.execute(
+        update(Prediction)
+        .where(col(Prediction.status).in_(RUNNING))
+        .values(
+            status=Status.FAILED,
+            finish_reason=FinishReason.ERROR,
+            error=INTERRUPTED_ERROR,
+            completed_at=utc_now(),
+        )
+    )
+    session.commit()
+    return int(getattr(result, "rowcount", 0))

@@ -1,0 +1,74 @@
+"""The `prediction` table: one row per generation, from every route.
+
+A row is inserted when a prediction starts (status `processing`) and completed when it ends;
+`input` keeps the request's parameters as sent, `applied` every parameter as the engine got it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, Column
+from sqlalchemy import Enum as SQLEnum
+from sqlmodel import Field, SQLModel
+
+
+class Status(StrEnum):
+    STARTING = "starting"
+    PROCESSING = "processing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (Status.SUCCEEDED, Status.FAILED, Status.CANCELED)
+
+
+class Source(StrEnum):
+    API = "api"  # /v1/predictions
+    OPENAI = "openai"  # /v1/completions, /v1/chat/completions
+    PREDICT = "predict"  # seed-compatible /predict
+    PLAYGROUND = "playground"  # /v1/predictions with the playground's source header
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"  # the model ended its answer (end token)
+    LENGTH = "length"  # max_tokens reached
+    STOP_WORD = "stop_word"  # a stop word matched (and was cut from the output)
+    CANCELED = "canceled"  # client gone or POST .../cancel
+    ERROR = "error"
+
+
+def _stored_by_value(enum: type[StrEnum]) -> SQLEnum:
+    # By value, not by name: whoever opens the SQLite file sees the strings the api shows.
+    return SQLEnum(
+        enum, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e]
+    )
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Prediction(SQLModel, table=True):
+    id: str = Field(primary_key=True, max_length=64)
+    status: Status = Field(default=Status.STARTING, index=True, sa_type=_stored_by_value(Status))
+    source: Source = Field(index=True, sa_type=_stored_by_value(Source))
+    model: str
+    input: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    applied: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    output: str = ""
+    error: str | None = None
+    finish_reason: FinishReason | None = Field(default=None, sa_type=_stored_by_value(FinishReason))
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    time_to_first_token_s: float | None = None
+    time_per_output_token_s: float | None = None
+    total_time_s: float | None = None
+    tokens_per_second: float | None = None
+    created_at: datetime = Field(default_factory=utc_now, index=True)
+    started_at: datetime | None = None
+    completed_at: datetime | None = None

@@ -1,0 +1,79 @@
+"""Exception handlers: every error is JSON in the OpenAI shape, none carries a traceback."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from tritonbox_api.protocol.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    # ("body", "input", "stop_words_list", 2) -> "input.stop_words_list[2]"
+    name = ""
+    for part in loc[1:] if loc and loc[0] in ("body", "query", "path") else loc:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name or "body"
+
+
+def describe(error: dict[str, Any]) -> tuple[str, str]:
+    """(field, message) for one pydantic error, naming the limit and the value given."""
+    field = _field(tuple(error.get("loc", ())))
+    message = str(error.get("msg", "is invalid"))
+    if message.startswith("Value error, "):
+        message = message.removeprefix("Value error, ")
+        if ":" in message.split(" ")[0]:
+            return message.split(":", 1)[0], message  # the validator named the field itself
+    if error.get("type") == "extra_forbidden":
+        return field, f"{field}: unknown field"
+    if error.get("type") == "missing":
+        return field, f"{field}: is required"
+    if error.get("type") == "json_invalid":
+        return "body", f"body: not valid JSON ({error.get('ctx', {}).get('error', message)})"
+    value = error.get("input")
+    shown = repr(value) if not isinstance(value, dict | list) or len(repr(value)) < 80 else "…"
+    return field, f"{field}: {message[:1].lower()}{message[1:]}, got {shown}"
+
+
+def _json(error: ApiError) -> JSONResponse:
+    return JSONResponse(
+        error.body().model_dump(), status_code=error.status_code, headers=error.headers
+    )
+
+
+async def _api_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, ApiError)
+    return _json(error)
+
+
+async def _validation_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    problems = [describe(e) for e in error.errors()]
+    field, _ = problems[0] if problems else ("body", "")
+    message = "; ".join(m for _, m in problems) or "invalid request"
+    return _json(ApiError(422, message, param=field))
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, HTTPException)
+    kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+    return _json(ApiError(error.status_code, str(error.detail), type=kind))
+
+
+async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return _json(ApiError(500, "internal error (logged on the server)", type="server_error"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

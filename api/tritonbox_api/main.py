@@ -1,0 +1,74 @@
+"""The FastAPI app: its parts are built in the lifespan, from one ApiSettings."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlmodel import Session
+
+from tritonbox_api.body_limit import BodyLimitMiddleware
+from tritonbox_api.db import crud
+from tritonbox_api.db.session import Database
+from tritonbox_api.deps import Services
+from tritonbox_api.errors import install_error_handlers
+from tritonbox_api.routes import health, openai, permalink, predict, predictions
+from tritonbox_api.service.engine_context import EngineContextLoader
+from tritonbox_api.service.predictions import PredictionService
+from tritonbox_api.settings import ApiSettings
+from tritonbox_api.triton_gateway import TritonGateway
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: ApiSettings | None = None) -> FastAPI:
+    settings = settings or ApiSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        database = Database(settings.database_path)
+        database.open()
+
+        def recover(session: Session) -> int:
+            return crud.recover_interrupted(session=session)
+
+        interrupted = await database.run(recover)
+        if interrupted:
+            log.warning("marked %d interrupted prediction(s) as failed", interrupted)
+        gateway = TritonGateway(settings.triton_url, timeout_s=settings.triton_timeout_s)
+        gateway.start()
+        services = Services(
+            settings=settings,
+            gateway=gateway,
+            database=database,
+            engine=EngineContextLoader(
+                gateway, tokenizer_dir=settings.api_tokenizer_dir, model_name=settings.model_name
+            ),
+            predictions=PredictionService(
+                gateway=gateway,
+                database=database,
+                max_concurrent=settings.max_concurrent_requests,
+                log_predictions=settings.log_predictions,
+            ),
+        )
+        app.state.services = services
+        try:
+            yield
+        finally:
+            await services.predictions.cancel_all()
+            await gateway.stop()
+            database.close()
+
+    app = FastAPI(
+        title="TritonBox api",
+        summary="Generate with the served LLM; every prediction is logged under a permalink.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    for module in (health, predict, predictions, openai, permalink):
+        app.include_router(module.router)
+    return app

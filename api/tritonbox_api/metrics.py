@@ -1,0 +1,31 @@
+"""Prometheus metrics of the api, named after vLLM's so existing dashboards fit."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+TIME_TO_FIRST_TOKEN = Histogram(
+    "tritonbox_time_to_first_token_seconds",
+    "Time from request to the first generated token.",
+    buckets=_LATENCY_BUCKETS,
+)
+TIME_PER_OUTPUT_TOKEN = Histogram(
+    "tritonbox_time_per_output_token_seconds",
+    "Mean time between output tokens of one request, after the first.",
+    buckets=_TOKEN_BUCKETS,
+)
+E2E_LATENCY = Histogram(
+    "tritonbox_e2e_request_latency_seconds",
+    "Time from request to the end of its generation.",
+    buckets=_LATENCY_BUCKETS,
+)
+PROMPT_TOKENS = Counter("tritonbox_prompt_tokens", "Prompt tokens of finished predictions.")
+OUTPUT_TOKENS = Counter("tritonbox_generation_tokens", "Tokens generated.")
+REQUESTS = Counter(
+    "tritonbox_requests", "Predictions by how they ended.", ["status", "source", "finish_reason"]
+)
+IN_FLIGHT = Gauge("tritonbox_requests_in_flight", "Predictions being generated now.")
+REJECTED = Counter("tritonbox_requests_rejected", "Requests refused before generation.", ["reason"])

@@ -1,0 +1,150 @@
+"""Every generation parameter, defined once: name, default, limits and a plain-language hint.
+
+The api's request models build their fields from these (so validation and the OpenAPI schema
+agree), the playground builds its controls and hints from them, and the README's table is
+generated from them. Limits that depend on the engine (max_tokens, min_tokens, beam_width) have
+a static bound here and are checked against the running engine's settings by the service, which
+names the setting in its message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import Field, StringConstraints
+
+from tritonbox_triton.word_lists import MAX_WORDS
+
+MAX_WORD_CHARS = 256
+MAX_PROMPT_CHARS = 200_000  # a first, cheap bound; the token count is checked against the engine
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    default: Any
+    hint: str
+    ge: float | None = None
+    le: float | None = None
+    engine_limit: str | None = None  # the engine setting that bounds it further, if any
+
+    def field(self, **overrides: Any) -> Any:
+        """A pydantic Field with this parameter's default, limits and hint."""
+        options: dict[str, Any] = {"default": self.default, "description": self.hint}
+        if self.ge is not None:
+            options["ge"] = self.ge
+        if self.le is not None:
+            options["le"] = self.le
+        options.update(overrides)
+        return Field(**options)
+
+    def limits(self) -> str:
+        parts = []
+        if self.ge is not None:
+            parts.append(f"≥ {self.ge:g}")
+        if self.le is not None:
+            parts.append(f"≤ {self.le:g}")
+        if self.engine_limit:
+            parts.append(f"≤ {self.engine_limit}")
+        return ", ".join(parts)
+
+
+MAX_TOKENS = Parameter(
+    "max_tokens",
+    50,
+    "Longest answer, in tokens (about ¾ of a word each).",
+    ge=1,
+    engine_limit="MAX_OUTPUT_LEN",
+)
+TEMPERATURE = Parameter(
+    "temperature",
+    1.0,
+    "Randomness: 0 always picks the most likely next token (same answer every time); "
+    "higher gives more varied answers.",
+    ge=0.0,
+    le=2.0,
+)
+TOP_P = Parameter(
+    "top_p",
+    1.0,
+    "Pick only among the most likely tokens that together reach this probability (1 = all).",
+    ge=0.0,
+    le=1.0,
+)
+TOP_K = Parameter(
+    "top_k",
+    0,
+    "Pick only among this many most likely tokens (0 = no limit, 1 = always the most likely).",
+    ge=0,
+    le=1000,
+)
+REPETITION_PENALTY = Parameter(
+    "repetition_penalty",
+    1.0,
+    "Above 1 discourages repeating tokens already written; 1 = off.",
+    ge=0.01,
+    le=2.0,
+)
+PRESENCE_PENALTY = Parameter(
+    "presence_penalty",
+    0.0,
+    "Positive values push towards new topics (penalise any token already used once).",
+    ge=-2.0,
+    le=2.0,
+)
+FREQUENCY_PENALTY = Parameter(
+    "frequency_penalty",
+    0.0,
+    "Positive values penalise tokens by how often they already appeared.",
+    ge=-2.0,
+    le=2.0,
+)
+MIN_TOKENS = Parameter(
+    "min_tokens",
+    0,
+    "Do not stop before this many tokens (stop words still end the answer).",
+    ge=0,
+    engine_limit="max_tokens",
+)
+SEED = Parameter(
+    "seed",
+    None,
+    "Same seed + same settings = same answer; leave empty for a random one.",
+    ge=0,
+    le=2**63 - 1,
+)
+BEAM_WIDTH = Parameter(
+    "beam_width",
+    1,
+    "Beam search width (1 = off); needs an engine built for it and cannot stream.",
+    ge=1,
+    le=64,
+    engine_limit="MAX_BEAM_WIDTH",
+)
+STOP_WORDS = Parameter(
+    "stop_words_list",
+    None,
+    f"The answer ends before any of these (up to {MAX_WORDS} words; never shown in the output).",
+)
+BAD_WORDS = Parameter(
+    "bad_words_list",
+    None,
+    f"Words the model may never write (up to {MAX_WORDS} words).",
+)
+
+SAMPLING_PARAMETERS = (
+    TEMPERATURE,
+    TOP_P,
+    TOP_K,
+    REPETITION_PENALTY,
+    PRESENCE_PENALTY,
+    FREQUENCY_PENALTY,
+    MIN_TOKENS,
+    SEED,
+)
+ALL_PARAMETERS = (MAX_TOKENS, *SAMPLING_PARAMETERS, BEAM_WIDTH, STOP_WORDS, BAD_WORDS)
+
+Word = Annotated[str, StringConstraints(min_length=1, max_length=MAX_WORD_CHARS)]
+WordList = Annotated[list[Word], Field(max_length=MAX_WORDS)]
+Prompt = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]

@@ -1,0 +1,123 @@
+"""OpenAI-compatible request and response models (the subset this engine can honour).
+
+Options the engine cannot honour (n > 1, logprobs, echo, ...) are refused with a message rather
+than ignored. TritonBox's extra sampling options (top_k, repetition_penalty, min_tokens,
+bad_words) are accepted as the SDK's `extra_body`, as vLLM does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tritonbox_api import parameters as p
+from tritonbox_api.protocol.generation import MAX_MESSAGES, ChatMessage, GenerationInput
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _OpenAIRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    max_tokens: int = p.MAX_TOKENS.field()
+    temperature: float = p.TEMPERATURE.field()
+    top_p: float = p.TOP_P.field()
+    presence_penalty: float = p.PRESENCE_PENALTY.field()
+    frequency_penalty: float = p.FREQUENCY_PENALTY.field()
+    seed: int | None = p.SEED.field()
+    stop: p.Word | p.WordList | None = Field(default=None, description=p.STOP_WORDS.hint)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: Literal[1] = Field(default=1, description="Only one answer per request.")
+    user: str | None = Field(default=None, max_length=256)
+    # TritonBox extras (extra_body in the openai SDK).
+    top_k: int = p.TOP_K.field()
+    repetition_penalty: float = p.REPETITION_PENALTY.field()
+    min_tokens: int = p.MIN_TOKENS.field()
+    bad_words: p.WordList | None = Field(default=None, description=p.BAD_WORDS.hint)
+
+    def _generation(self, **prompt: Any) -> GenerationInput:
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        return GenerationInput(
+            **prompt,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            min_tokens=self.min_tokens,
+            seed=self.seed,
+            stop_words_list=stop,
+            bad_words_list=self.bad_words,
+        )
+
+
+class CompletionRequest(_OpenAIRequest):
+    prompt: p.Prompt | list[p.Prompt] = Field(description="The text to continue (one prompt).")
+    echo: Literal[False] = False
+    logprobs: None = None
+    best_of: Literal[1] | None = None
+    suffix: None = None
+
+    def generation(self) -> GenerationInput:
+        if isinstance(self.prompt, list):
+            if len(self.prompt) != 1:
+                raise ValueError("prompt: give one prompt per request")
+            return self._generation(prompt=self.prompt[0])
+        return self._generation(prompt=self.prompt)
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str = Field(max_length=p.MAX_PROMPT_CHARS)
+
+
+class OpenAIChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # `name` and the like carry no meaning here
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] = Field(max_length=p.MAX_PROMPT_CHARS)
+
+    def plain(self) -> ChatMessage:
+        text = (
+            self.content
+            if isinstance(self.content, str)
+            else "".join(part.text for part in self.content)
+        )
+        return ChatMessage(role="system" if self.role == "developer" else self.role, content=text)
+
+
+class ChatCompletionRequest(_OpenAIRequest):
+    messages: list[OpenAIChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: Literal[False] | None = None
+
+    def generation(self) -> GenerationInput:
+        generation = self._generation(messages=[m.plain() for m in self.messages])
+        if self.max_completion_tokens is not None:
+            generation.max_tokens = self.max_completion_tokens
+        return generation
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "tritonbox"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

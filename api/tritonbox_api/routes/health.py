@@ -1,0 +1,37 @@
+"""Liveness, readiness and Prometheus metrics: open even when API_KEY is set."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from tritonbox_api.deps import ServicesDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The api process answers (it does not ask Triton)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(services: ServicesDep) -> Response:
+    """Ready when Triton is live and ready and the database is writable."""
+    triton = await services.gateway.is_ready()
+    database = await services.database.check_writable()
+    ready = triton and database
+    body = {
+        "status": "ready" if ready else "not ready",
+        "triton": "ready" if triton else "not ready",
+        "database": "writable" if database else "not writable",
+    }
+    return JSONResponse(body, status_code=200 if ready else 503,
+                        headers={} if ready else {"Retry-After": "5"})  # fmt: skip
+
+
+@router.get("/metrics")
+async def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

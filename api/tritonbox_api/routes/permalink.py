@@ -1,0 +1,29 @@
+"""The human permalink page `GET /p/{id}`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse
+from sqlmodel import Session
+
+from tritonbox_api.db import crud
+from tritonbox_api.db.models import Prediction
+from tritonbox_api.deps import Guarded, ServicesDep
+from tritonbox_api.pages.permalink import render_not_found, render_permalink
+
+router = APIRouter(prefix="/p", tags=["permalink"], dependencies=Guarded)
+
+
+@router.get("/{prediction_id}", response_class=HTMLResponse)
+async def permalink(prediction_id: str, services: ServicesDep) -> HTMLResponse:
+    def read(session: Session) -> Prediction | None:
+        return crud.get_prediction(session=session, id=prediction_id)
+
+    row = await services.database.read(read) if len(prediction_id) <= 64 else None
+    if row is None:
+        return HTMLResponse(render_not_found(prediction_id), status_code=404)
+    settings = services.settings
+    page = render_permalink(
+        row, public_url=settings.public_url, playground_url=settings.playground_url
+    )
+    return HTMLResponse(page)

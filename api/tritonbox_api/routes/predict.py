@@ -1,0 +1,60 @@
+"""Seed-compatible `POST /predict`: the TensorRT-LLM truss JSON, plain-text streaming."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from tritonbox_api.db.models import Source, Status
+from tritonbox_api.deps import Guarded, ServicesDep
+from tritonbox_api.protocol.predictions import PredictRequest, prediction_urls
+from tritonbox_api.routes.common import prediction_headers, result, start
+from tritonbox_api.service.predictions import Ended
+from tritonbox_api.service.runner import Started
+
+router = APIRouter(tags=["predict"], dependencies=Guarded)
+
+
+async def _text(started: Started) -> AsyncIterator[str]:
+    async for event in started.events():
+        if isinstance(event, Ended):
+            if event.prediction.status is Status.FAILED:
+                # Plain text has no error channel: the failure ends the text, visibly.
+                yield f"\n\n[error: {event.prediction.error}]"
+        else:
+            yield event
+
+
+@router.post("/predict")
+async def predict(body: PredictRequest, request: Request, services: ServicesDep) -> Response:
+    """Plain-text chunks by default; `"stream": false` answers JSON with the whole output."""
+    params = body.model_copy()
+    sent = body.sent()
+    started = await start(
+        services, request, params, source=Source.PREDICT, sent=sent, stream=body.stream
+    )
+    headers = prediction_headers(services, started.id)
+    if body.stream:
+        return StreamingResponse(
+            _text(started), media_type="text/plain; charset=utf-8", headers=headers
+        )
+    prediction = (await result(started)).prediction
+    settings = services.settings
+    urls = prediction_urls(
+        prediction.id, public_url=settings.public_url, playground_url=settings.playground_url
+    )
+    body_json = {
+        "id": prediction.id,
+        "output": prediction.output,
+        "status": prediction.status.value,
+        "finish_reason": prediction.finish_reason.value if prediction.finish_reason else None,
+        "error": prediction.error,
+        "usage": {
+            "prompt_tokens": prediction.prompt_tokens,
+            "completion_tokens": prediction.completion_tokens,
+        },
+        "urls": urls.model_dump(),
+    }
+    return JSONResponse(body_json, headers=headers)

@@ -1,0 +1,115 @@
+"""Replicate-style predictions: create (JSON or SSE), list, read, cancel."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+from sqlmodel import Session
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from tritonbox_api.db import crud
+from tritonbox_api.db.models import Prediction, Source, Status
+from tritonbox_api.deps import Guarded, Services, ServicesDep
+from tritonbox_api.protocol.errors import ApiError, invalid
+from tritonbox_api.protocol.predictions import (
+    PredictionCreate,
+    PredictionList,
+    PredictionOut,
+    prediction_out,
+)
+from tritonbox_api.routes.common import prediction_headers, result, start
+from tritonbox_api.service.predictions import Ended
+from tritonbox_api.service.runner import Started
+
+router = APIRouter(prefix="/v1/predictions", tags=["predictions"], dependencies=Guarded)
+
+
+def _out(services: Services, row: Prediction) -> PredictionOut:
+    settings = services.settings
+    return prediction_out(
+        row, public_url=settings.public_url, playground_url=settings.playground_url
+    )
+
+
+async def _sse(services: Services, started: Started) -> AsyncIterator[ServerSentEvent]:
+    async for event in started.events():
+        if isinstance(event, Ended):
+            final = _out(services, event.prediction)
+            if final.status is Status.FAILED:
+                yield ServerSentEvent(json.dumps({"detail": final.error}), event="error")
+            yield ServerSentEvent(final.model_dump_json(), event="done")
+        else:
+            yield ServerSentEvent(event, event="output")
+
+
+@router.post("", response_model=PredictionOut, status_code=201)
+async def create_prediction(
+    body: PredictionCreate, request: Request, services: ServicesDep
+) -> Response:
+    started = await start(
+        services,
+        request,
+        body.input,
+        source=Source(body.source),
+        sent=body.input.sent(),
+        stream=body.stream,
+    )
+    headers = prediction_headers(services, started.id)
+    if body.stream:
+        return EventSourceResponse(_sse(services, started), headers=headers, ping=10)
+    ended = await result(started)
+    final = _out(services, ended.prediction)
+    return JSONResponse(final.model_dump(mode="json"), status_code=201, headers=headers)
+
+
+@router.get("", response_model=PredictionList)
+async def list_predictions(
+    services: ServicesDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    status: Status | None = None,
+    source: Source | None = None,
+) -> PredictionList:
+    def read(session: Session) -> tuple[list[Prediction], str | None]:
+        return crud.list_predictions(
+            session=session, limit=limit, cursor=cursor, status=status, source=source
+        )
+
+    try:
+        rows, next_cursor = await services.database.read(read)
+    except ValueError as error:
+        raise invalid("cursor", str(error).removeprefix("cursor: ")) from None
+    next_url = None
+    if next_cursor is not None:
+        query = f"limit={limit}&cursor={next_cursor}"
+        query += f"&status={status.value}" if status else ""
+        query += f"&source={source.value}" if source else ""
+        next_url = f"{services.settings.public_url}/v1/predictions?{query}"
+    return PredictionList(results=[_out(services, row) for row in rows], next=next_url)
+
+
+async def _get(services: Services, prediction_id: str) -> Prediction:
+    def read(session: Session) -> Prediction | None:
+        return crud.get_prediction(session=session, id=prediction_id)
+
+    row = await services.database.read(read) if len(prediction_id) <= 64 else None
+    if row is None:
+        raise ApiError(404, f"no prediction with id {prediction_id!r}", type="not_found_error")
+    return row
+
+
+@router.get("/{prediction_id}", response_model=PredictionOut)
+async def get_prediction(prediction_id: str, services: ServicesDep) -> PredictionOut:
+    return _out(services, await _get(services, prediction_id))
+
+
+@router.post("/{prediction_id}/cancel", response_model=PredictionOut)
+async def cancel_prediction(prediction_id: str, services: ServicesDep) -> PredictionOut:
+    """Cancel a running prediction (a finished one is returned as it is)."""
+    # The running registry first: a just-started prediction's row may not be written yet.
+    await services.predictions.cancel(prediction_id)
+    return _out(services, await _get(services, prediction_id))

@@ -1,0 +1,50 @@
+"""The serving engine's tokenizer and limits, fetched from Triton once it is reachable.
+
+The api may start before Triton (compose starts them together, and Triton can restart under a
+running api): the context loads on first use and is retried by later requests until it works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tritonbox_api.triton_gateway import EngineInfo, TritonGateway
+from tritonbox_triton.tokenization import load_tokenizer
+
+
+@dataclass(frozen=True)
+class EngineContext:
+    info: EngineInfo
+    tokenizer: Any  # a transformers tokenizer
+    model_name: str
+
+
+class EngineContextLoader:
+    def __init__(
+        self, gateway: TritonGateway, *, tokenizer_dir: Path | None, model_name: str | None
+    ) -> None:
+        self._gateway = gateway
+        self._tokenizer_dir = tokenizer_dir
+        self._model_name = model_name
+        self._context: EngineContext | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def loaded(self) -> EngineContext | None:
+        return self._context
+
+    async def get(self) -> EngineContext:
+        """The context; raises TritonUnavailableError while Triton cannot be asked."""
+        if self._context is not None:
+            return self._context
+        async with self._lock:
+            if self._context is None:
+                info = await self._gateway.engine_info()
+                tokenizer_dir = self._tokenizer_dir or info.tokenizer_dir
+                tokenizer = await asyncio.to_thread(load_tokenizer, tokenizer_dir)
+                name = self._model_name or tokenizer_dir.name
+                self._context = EngineContext(info=info, tokenizer=tokenizer, model_name=name)
+        return self._context

@@ -1,0 +1,138 @@
+"""Turn validated parameters into an engine request, checking the engine's own limits.
+
+Pydantic has already checked types and static ranges; what needs the engine (the prompt's token
+count, max_tokens against MAX_OUTPUT_LEN, each stop word's tokens) is checked here, with
+messages that name the field, the limit and the value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from tritonbox_api.protocol.errors import invalid
+from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_api.service.engine_context import EngineContext
+from tritonbox_triton.client import GenerationRequest
+from tritonbox_triton.errors import RequestError
+from tritonbox_triton.tokenization import encode_prompt
+from tritonbox_triton.word_lists import encode_word_list
+
+
+@dataclass(frozen=True)
+class PreparedGeneration:
+    request: GenerationRequest
+    prompt_tokens: int
+    applied: dict[str, Any]  # every parameter as the engine gets it
+    stop_words: tuple[str, ...]
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    if not getattr(tokenizer, "chat_template", None):
+        raise invalid("messages", "this model has no chat template; send a `prompt` instead")
+    try:
+        return str(
+            tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        )
+    except Exception as error:  # the template itself may reject a conversation (roles, order)
+        raise invalid("messages", f"the model's chat template refused them: {error}") from None
+
+
+def _check_words(tokenizer: Any, field: str, words: list[str]) -> None:
+    for index, word in enumerate(words):
+        try:
+            encode_word_list(tokenizer, [word])
+        except ValueError as error:
+            raise invalid(f"{field}[{index}]", str(error)) from None
+
+
+def _count_prompt(context: EngineContext, prompt: str) -> int:
+    try:
+        ids = encode_prompt(context.tokenizer, prompt, context.info.max_input_len)
+    except RequestError:
+        count = len(context.tokenizer.encode(prompt))
+        raise invalid(
+            "prompt",
+            f"{count} tokens is longer than the engine's max input of "
+            f"{context.info.max_input_len} tokens (MAX_INPUT_LEN)",
+        ) from None
+    return len(ids)
+
+
+async def prepare(
+    params: GenerationInput, context: EngineContext, *, max_beam_width: int, stream: bool
+) -> PreparedGeneration:
+    limit = context.info.max_output_len
+    if params.max_tokens > limit:
+        raise invalid(
+            "max_tokens", f"must be at most {limit} (MAX_OUTPUT_LEN), got {params.max_tokens}"
+        )
+    if params.min_tokens > params.max_tokens:
+        raise invalid(
+            "min_tokens",
+            f"must be at most max_tokens ({params.max_tokens}), got {params.min_tokens}",
+        )
+    if params.beam_width > max_beam_width:
+        raise invalid(
+            "beam_width",
+            f"must be at most {max_beam_width} (MAX_BEAM_WIDTH of this engine), "
+            f"got {params.beam_width}",
+        )
+    if stream and params.beam_width > 1:
+        raise invalid("beam_width", "streaming needs beam_width 1; set stream to false")
+    if params.messages is not None:
+        messages = [m.model_dump() for m in params.messages]
+        prompt = chat_prompt(context.tokenizer, messages)
+    else:
+        assert params.prompt is not None  # the model validator guarantees one of them
+        prompt = params.prompt
+    if not prompt.strip():
+        raise invalid("prompt", "is empty (only whitespace)")
+    stop_words = list(params.stop_words_list or [])
+    bad_words = list(params.bad_words_list or [])
+    # Tokenising a long prompt takes milliseconds: keep it off the event loop.
+    prompt_tokens = await asyncio.to_thread(_count_prompt, context, prompt)
+    _check_words(context.tokenizer, "stop_words_list", stop_words)
+    _check_words(context.tokenizer, "bad_words_list", bad_words)
+
+    sampling: dict[str, float | int | bool] = {
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k,
+        "repetition_penalty": params.repetition_penalty,
+        "presence_penalty": params.presence_penalty,
+        "frequency_penalty": params.frequency_penalty,
+        "min_tokens": params.min_tokens,
+        "beam_width": params.beam_width,
+    }
+    if params.temperature == 0.0:
+        # Temperature 0 means "always the most likely token" to users; engines spell it top_k 1.
+        sampling["top_k"] = 1
+    # A random seed is still recorded, so any answer can be reproduced from its prediction.
+    seed = params.seed if params.seed is not None else secrets.randbelow(2**63)
+    sampling["seed"] = seed
+    request = GenerationRequest(
+        prompt=prompt,
+        max_tokens=params.max_tokens,
+        stream=True,  # the api always streams from the engine; it buffers for non-streaming clients
+        stop_words=stop_words,
+        bad_words=bad_words,
+        sampling=sampling,
+    )
+    applied = {
+        **params.model_dump(mode="json", exclude={"prompt", "messages"}),
+        "seed": seed,
+        "stop_words_list": stop_words,
+        "bad_words_list": bad_words,
+        "prompt": params.prompt,
+        "messages": [m.model_dump() for m in params.messages] if params.messages else None,
+        "engine_prompt": prompt,
+    }
+    return PreparedGeneration(
+        request=request,
+        prompt_tokens=prompt_tokens,
+        applied=applied,
+        stop_words=tuple(stop_words),
+    )

@@ -1,0 +1,78 @@
+"""Start a prediction for a route: engine facts, validation, then the first event.
+
+Waiting for the first event before answering lets a route still send a proper status code
+(503 when Triton is down) instead of a stream that fails at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from tritonbox_api.db.models import Source
+from tritonbox_api.protocol.errors import unavailable
+from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_api.service.engine_context import EngineContextLoader
+from tritonbox_api.service.predictions import Ended, Event, PredictionService, RunningPrediction
+from tritonbox_api.service.prepare import prepare
+from tritonbox_api.triton_gateway import TritonUnavailableError
+
+
+@dataclass
+class Started:
+    running: RunningPrediction
+    model: str
+    _first: Event
+    _rest: AsyncGenerator[Event, None]
+
+    @property
+    def id(self) -> str:
+        return self.running.id
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Text pieces, then `Ended`; leaving early (a client gone) cancels the prediction."""
+        try:
+            yield self._first
+            if isinstance(self._first, Ended):
+                return
+            async for event in self._rest:
+                yield event
+        finally:
+            await self._rest.aclose()
+
+    async def result(self) -> Ended:
+        async for event in self.events():
+            if isinstance(event, Ended):
+                return event
+        raise AssertionError("a prediction always ends with Ended")
+
+
+async def begin(
+    params: GenerationInput,
+    *,
+    loader: EngineContextLoader,
+    predictions: PredictionService,
+    max_beam_width: int,
+    source: Source,
+    sent: dict[str, Any],
+    stream: bool,
+) -> Started:
+    try:
+        context = await loader.get()
+    except TritonUnavailableError as error:
+        raise unavailable(f"the engine is not available yet: {error}") from None
+    prepared = await prepare(params, context, max_beam_width=max_beam_width, stream=stream)
+    running = predictions.start(
+        prepared, tokenizer=context.tokenizer, source=source, model=context.model_name, sent=sent
+    )
+    rest = running.events()
+    first = await anext(rest)
+    if isinstance(first, Ended) and first.retryable:
+        refusal = unavailable(
+            f"the engine is unavailable ({first.prediction.error}); prediction "
+            f"{running.id} was saved as failed, retry shortly"
+        )
+        refusal.headers["X-Prediction-Id"] = running.id
+        raise refusal
+    return Started(running=running, model=context.model_name, _first=first, _rest=rest)

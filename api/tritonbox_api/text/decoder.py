@@ -1,0 +1,103 @@
+"""Exact text from a stream of token ids.
+
+Decoding tokens one at a time loses SentencePiece's leading spaces and breaks characters that
+span several byte tokens. So each step decodes a short window of earlier tokens plus the new ones
+and emits only the difference (the prefix/read offsets of vLLM and TGI), which keeps a step's
+cost proportional to the window, not to the whole output. A character that is still incomplete
+(the decoder renders it as U+FFFD) is held back until the ids that complete it arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+_REPLACEMENT = "\ufffd"
+
+
+class Detokenizer(Protocol):
+    """What the decoder needs from a transformers tokenizer."""
+
+    def decode(
+        self,
+        token_ids: list[int],
+        /,
+        skip_special_tokens: bool = ...,
+        clean_up_tokenization_spaces: bool | None = ...,
+    ) -> str: ...
+
+
+class IncrementalDecoder:
+    """Turns ids pushed in any chunks into the same text as decoding them all at once."""
+
+    def __init__(self, tokenizer: Detokenizer, *, skip_special_tokens: bool = True) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special_tokens = skip_special_tokens
+        self._ids: list[int] = []
+        self._chunks: list[str] = []
+        # ids[prefix_offset:read_offset] were emitted already and are decoded again only as
+        # context, so the new ids decode as they would in the middle of the text.
+        self._prefix_offset = 0
+        self._read_offset = 0
+        # Characters beyond ids[:read_offset] emitted while a later character was incomplete.
+        self._emitted_ahead = 0
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(self._ids)
+
+    @property
+    def text(self) -> str:
+        """All text returned so far by push() and flush()."""
+        return "".join(self._chunks)
+
+    def push(self, ids: Sequence[int]) -> str:
+        """Add `ids`; return the text that is now final ("" while a character is incomplete)."""
+        if len(ids) == 0:  # not `not ids`: a numpy array has no truth value
+            return ""
+        self._ids.extend(map(int, ids))  # numpy integers from a response tensor become ints
+        prefix, window = self._decode_window()
+        if not window.endswith(_REPLACEMENT):
+            new = window[len(prefix) + self._emitted_ahead :]
+            if new:
+                self._advance()
+            return self._emit(new)
+        # Text before the incomplete character cannot change any more: release it now. All the
+        # trailing U+FFFD go, since SentencePiece's byte fallback renders every byte of an
+        # unfinished run as one.
+        final = len(window.rstrip(_REPLACEMENT)) - len(prefix)
+        if final <= self._emitted_ahead:
+            return ""
+        new = window[len(prefix) + self._emitted_ahead : len(prefix) + final]
+        self._emitted_ahead = final
+        return self._emit(new)
+
+    def flush(self) -> str:
+        """At the end of the stream: whatever is still held back, decoded as it is."""
+        prefix, window = self._decode_window()
+        new = window[len(prefix) + self._emitted_ahead :]
+        if new:
+            self._advance()
+        return self._emit(new)
+
+    def _decode_window(self) -> tuple[str, str]:
+        context = self._ids[self._prefix_offset : self._read_offset]
+        return self._decode(context), self._decode(self._ids[self._prefix_offset :])
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(
+            ids,
+            skip_special_tokens=self._skip_special_tokens,
+            clean_up_tokenization_spaces=False,
+        )
+
+    def _advance(self) -> None:
+        # Only after text was produced: a window of skipped special tokens alone would decode
+        # to "" and give the next token no context (SentencePiece would drop its space).
+        self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
+        self._emitted_ahead = 0
+
+    def _emit(self, new: str) -> str:
+        if new:
+            self._chunks.append(new)
+        return new

@@ -1,0 +1,117 @@
+"""The api's one connection to Triton: lifecycle, bounded health checks and the engine's facts.
+
+One gRPC channel serves the whole process (streams are multiplexed on it). Every call that is not
+a generation has a deadline, so a hung or restarting Triton can never hang a health probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import tritonclient.grpc.aio as grpcclient
+
+from tritonbox_triton.client import Chunk, GenerationRequest, TritonLLMClient, TritonRequestError
+from tritonbox_triton.model_params import config_parameters, int_parameter, text_parameter
+from tritonbox_triton.server import READY_MODELS
+
+log = logging.getLogger(__name__)
+
+
+class TritonUnavailableError(RuntimeError):
+    """Triton cannot be reached or is not ready: the request may succeed if retried later."""
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the api must know about the serving engine, read from the preprocessing config."""
+
+    tokenizer_dir: Path
+    max_input_len: int
+    max_output_len: int
+
+
+class TritonGateway:
+    def __init__(self, url: str, *, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._client: TritonLLMClient | None = None
+
+    def start(self) -> None:
+        """Open the channel (connects lazily: Triton need not be up yet)."""
+        if self._client is None:
+            self._client = TritonLLMClient(self.url)
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    @property
+    def _raw(self) -> grpcclient.InferenceServerClient:
+        return self.client._client
+
+    @property
+    def client(self) -> TritonLLMClient:
+        if self._client is None:
+            raise RuntimeError("TritonGateway.start() was not called")
+        return self._client
+
+    async def is_alive(self) -> bool:
+        try:
+            return bool(await self._raw.is_server_live(client_timeout=self.timeout_s))
+        except Exception:
+            return False
+
+    async def is_ready(self) -> bool:
+        """Server ready and every model of the ensemble ready."""
+        try:
+            if not await self._raw.is_server_ready(client_timeout=self.timeout_s):
+                return False
+            for model in READY_MODELS:
+                if not await self._raw.is_model_ready(model, client_timeout=self.timeout_s):
+                    return False
+        except Exception:
+            return False
+        return True
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Return once is_ready(); raise TritonUnavailableError after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not await self.is_ready():
+            if time.monotonic() >= deadline:
+                raise TritonUnavailableError(
+                    f"Triton at {self.url} was not ready after {timeout_s:.0f} s"
+                )
+            await asyncio.sleep(0.5)
+
+    async def engine_info(self) -> EngineInfo:
+        """The tokenizer and limits the preprocessing step enforces (one source of truth)."""
+        try:
+            config = await self._raw.get_model_config(
+                "preprocessing", as_json=True, client_timeout=self.timeout_s
+            )
+        except Exception as error:
+            raise TritonUnavailableError(f"cannot read Triton's model config: {error}") from None
+        params = config_parameters(config["config"])
+        return EngineInfo(
+            tokenizer_dir=Path(text_parameter(params, "tokenizer_dir")),
+            max_input_len=int_parameter(params, "max_input_len"),
+            max_output_len=int_parameter(params, "max_output_len"),
+        )
+
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
+        """The engine's responses; TritonUnavailableError when Triton cannot be reached,
+        TritonRequestError when it refuses or fails the request."""
+        try:
+            async for chunk in self.client.stream(request):
+                yield chunk
+        except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise TritonUnavailableError(f"Triton is unavailable: {error.details()}") from None
+            raise TritonRequestError(f"Triton failed the request: {error.details()}") from None

@@ -1,0 +1,164 @@
+"""Database: a real SQLite file in WAL mode, every call off the event loop, writes serialised."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlmodel import Session, func, select
+
+from tritonbox_api.db import crud
+from tritonbox_api.db.models import Prediction, Source
+from tritonbox_api.db.session import Database, DatabaseClosedError
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[Database]:
+    database = Database(tmp_path / "nested" / "tritonbox.db")
+    database.open()
+    yield database
+    database.close()
+
+
+def _pragma(session: Session, name: str) -> object:
+    return session.connection().exec_driver_sql(f"PRAGMA {name}").scalar()
+
+
+def _insert(session: Session, prediction_id: str) -> Prediction:
+    return crud.create_prediction(
+        session=session,
+        id=prediction_id,
+        source=Source.API,
+        model="m",
+        input={"prompt": prediction_id},
+        applied={},
+        prompt_tokens=1,
+    )
+
+
+def test_open_creates_the_file_in_wal_mode(database: Database) -> None:
+    assert database.path.is_file()
+    with database.session() as session:
+        assert _pragma(session, "journal_mode") == "wal"
+        assert _pragma(session, "busy_timeout") == 5000
+        assert _pragma(session, "synchronous") == 1  # NORMAL
+        assert _pragma(session, "foreign_keys") == 1
+    # The setting is in the file: any other client sees WAL too.
+    with sqlite3.connect(database.path) as other:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_every_thread_s_connection_is_configured(database: Database) -> None:
+    async def main() -> tuple[object, object]:
+        written = await database.run(lambda s: _pragma(s, "busy_timeout"))
+        read = await database.read(lambda s: _pragma(s, "busy_timeout"))
+        return written, read
+
+    assert asyncio.run(main()) == (5000, 5000)
+
+
+def test_concurrent_writes_all_land_on_one_thread(database: Database) -> None:
+    threads: set[int] = set()
+
+    def insert(prediction_id: str) -> Callable[[Session], Prediction]:
+        def work(session: Session) -> Prediction:
+            threads.add(threading.get_ident())
+            return _insert(session, prediction_id)
+
+        return work
+
+    def count(session: Session) -> int:
+        return session.exec(select(func.count()).select_from(Prediction)).one()
+
+    async def main() -> tuple[list[Prediction], list[int]]:
+        ids = [crud.new_prediction_id() for _ in range(200)]
+        writes = [asyncio.create_task(database.run(insert(i))) for i in ids]
+        # Reads go on in parallel with the writes, on their own threads.
+        counts = await asyncio.gather(*(database.read(count) for _ in range(50)))
+        return await asyncio.gather(*writes), counts
+
+    rows, counts = asyncio.run(main())
+    assert len({row.id for row in rows}) == 200
+    assert all(0 <= c <= 200 for c in counts)
+    with database.session() as session:
+        assert count(session) == 200
+    assert len(threads) == 1
+    assert threading.get_ident() not in threads  # never on the event loop's thread
+
+
+def test_calls_run_off_the_event_loop(database: Database) -> None:
+    async def main() -> tuple[int, int, int]:
+        loop_thread = threading.get_ident()
+        writer = await database.run(lambda _: threading.get_ident())
+        reader = await database.read(lambda _: threading.get_ident())
+        return loop_thread, writer, reader
+
+    loop_thread, writer, reader = asyncio.run(main())
+    assert loop_thread not in (writer, reader)
+    assert writer != reader
+
+
+def test_uncommitted_changes_are_rolled_back(database: Database) -> None:
+    def forgetful(session: Session) -> None:
+        session.add(Prediction(id="x", source=Source.API, model="m"))
+        session.flush()
+
+    asyncio.run(database.run(forgetful))
+    with database.session() as session:
+        assert crud.get_prediction(session=session, id="x") is None
+
+
+def test_is_writable(database: Database) -> None:
+    assert database.is_writable()
+    assert asyncio.run(database.check_writable())
+    with database.session() as session:
+        _insert(session, "a")
+    # is_writable changes nothing.
+    with database.session() as session:
+        assert session.exec(select(func.count()).select_from(Prediction)).one() == 1
+
+
+def test_not_writable_while_another_process_holds_the_lock(tmp_path: Path) -> None:
+    database = Database(tmp_path / "locked.db", busy_timeout_ms=100)
+    database.open()
+    other = sqlite3.connect(database.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        assert not database.is_writable()
+        other.execute("ROLLBACK")
+        assert database.is_writable()
+    finally:
+        other.close()
+        database.close()
+
+
+def test_closed_database(tmp_path: Path) -> None:
+    database = Database(tmp_path / "closed.db")
+    assert not database.is_writable()
+    with pytest.raises(DatabaseClosedError):
+        asyncio.run(database.run(lambda _: None))
+    database.open()
+    database.open()  # a second open changes nothing
+    database.close()
+    database.close()
+    assert not database.is_writable()
+    assert not asyncio.run(database.check_writable())
+    with pytest.raises(DatabaseClosedError):
+        asyncio.run(database.read(lambda _: None))
+
+
+def test_close_leaves_one_self_contained_file(tmp_path: Path) -> None:
+    path = tmp_path / "closed.db"
+    database = Database(path)
+    database.open()
+    with database.session() as session:
+        _insert(session, "a")
+    database.close()
+    wal = Path(f"{path}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file
+    with sqlite3.connect(path) as other:
+        assert other.execute("SELECT id FROM prediction").fetchall() == [("a",)]

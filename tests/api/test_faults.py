@@ -1,0 +1,196 @@
+"""Faults leave correct rows and a server that keeps serving: clients that leave, Triton
+stopped and restarted under the api, the api killed mid-stream, overload, the API key."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+LONG = {"prompt": "Tell me a very long story about a dragon.", "max_tokens": 400, "min_tokens": 400}
+
+
+def row(database: Path, prediction_id: str) -> dict[str, Any]:
+    with sqlite3.connect(database) as connection:
+        connection.row_factory = sqlite3.Row
+        found = connection.execute(
+            "SELECT * FROM prediction WHERE id = ?", (prediction_id,)
+        ).fetchone()
+    assert found is not None, f"no row for {prediction_id}"
+    return dict(found)
+
+
+def wait_for(check: Any, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def read_some_then_leave(url: str, path: str, body: dict[str, Any], chunks: int = 3) -> str:
+    """Stream, read a few chunks, then drop the connection; returns the prediction id."""
+    with (
+        httpx.Client(base_url=url, timeout=60) as client,
+        client.stream("POST", path, json=body) as response,
+    ):
+        assert response.status_code in (200, 201), response.read()
+        prediction_id = response.headers["x-prediction-id"]
+        for count, _ in enumerate(response.iter_raw(), start=1):
+            if count >= chunks:
+                break
+    return prediction_id
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/predict", LONG),
+        ("/v1/predictions", {"input": LONG, "stream": True}),
+        (
+            "/v1/chat/completions",
+            {
+                "model": "SmolLM2-135M-Instruct",
+                "messages": [{"role": "user", "content": LONG["prompt"]}],
+                "max_tokens": 400,
+                "stream": True,
+            },
+        ),
+    ],
+)
+def test_a_client_that_disconnects_cancels_the_prediction(
+    api_server: Any, api: httpx.Client, path: str, body: dict[str, Any]
+) -> None:
+    prediction_id = read_some_then_leave(api_server.url, path, body)
+    saved = wait_for(
+        lambda: (r := row(api_server.database_path, prediction_id))["status"] == "canceled" and r
+    )
+    assert saved["finish_reason"] == "canceled"
+    assert saved["completion_tokens"] < 400
+    # The engine stopped too: the next request is served at once, not after 400 tokens.
+    started = time.monotonic()
+    assert api.post("/predict", json={"prompt": "Hi", "max_tokens": 2, "stream": False}).is_success
+    assert time.monotonic() - started < 15
+
+
+def test_non_streaming_client_that_leaves_cancels(api_server: Any) -> None:
+    with (
+        httpx.Client(base_url=api_server.url, timeout=1.5) as client,
+        pytest.raises(httpx.ReadTimeout),
+    ):
+        client.post("/v1/predictions", json={"input": LONG})
+    listed = httpx.get(f"{api_server.url}/v1/predictions", params={"limit": 1}).json()
+    prediction_id = listed["results"][0]["id"]
+    saved = wait_for(
+        lambda: (r := row(api_server.database_path, prediction_id))["status"] != "processing" and r
+    )
+    assert saved["status"] == "canceled"
+
+
+def test_overload_gets_429_with_retry_after(api_server: Any) -> None:
+    limit = 24  # MAX_CONCURRENT_REQUESTS of the fixture
+    statuses: list[int] = []
+    body = {"input": {"prompt": "Hi", "max_tokens": 20}}
+
+    def send() -> None:
+        with httpx.Client(base_url=api_server.url, timeout=120) as client:
+            statuses.append(client.post("/v1/predictions", json=body).status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(limit + 8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses.count(429) >= 1
+    assert statuses.count(201) >= limit - 4
+    assert set(statuses) <= {201, 429}
+    retry = httpx.post(f"{api_server.url}/v1/predictions", json=body, timeout=60)
+    assert retry.status_code == 201
+
+
+def test_triton_down_gives_503_then_recovers(api_server: Any, triton_server: Any) -> None:
+    triton_server.server.stop()
+    try:
+        response = httpx.post(
+            f"{api_server.url}/v1/predictions", json={"input": {"prompt": "Hi", "max_tokens": 2}}
+        )
+        assert response.status_code == 503, response.text
+        assert int(response.headers["retry-after"]) > 0
+        assert "unavailable" in response.json()["error"]["message"]
+        failed_id = response.headers["x-prediction-id"]
+        assert row(api_server.database_path, failed_id)["status"] == "failed"
+        assert httpx.get(f"{api_server.url}/readyz").status_code == 503
+        assert httpx.get(f"{api_server.url}/healthz").status_code == 200
+    finally:
+        triton_server.server.start()
+        triton_server.server.wait_ready(300)
+    api_server.wait_ready()
+    again = httpx.post(
+        f"{api_server.url}/v1/predictions",
+        json={"input": {"prompt": "Hi", "max_tokens": 2}},
+        timeout=60,
+    )
+    assert again.status_code == 201 and again.json()["status"] == "succeeded"
+
+
+def test_api_killed_mid_stream_marks_the_row_failed_at_restart(api_server: Any) -> None:
+    holder: list[str] = []
+
+    def stream() -> None:
+        try:
+            with httpx.stream(
+                "POST", f"{api_server.url}/predict", json=LONG, timeout=60
+            ) as response:
+                holder.append(response.headers["x-prediction-id"])
+                for _ in response.iter_raw():
+                    pass
+        except httpx.HTTPError:
+            pass  # the api dies under us: that is the point
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    wait_for(lambda: holder and row(api_server.database_path, holder[0]))
+    api_server.stop(signal.SIGKILL)
+    reader.join(30)
+    assert row(api_server.database_path, holder[0])["status"] == "processing"
+    api_server.start()
+    api_server.wait_ready()
+    saved = row(api_server.database_path, holder[0])
+    assert saved["status"] == "failed"
+    assert "interrupted" in saved["error"]
+
+
+def test_api_key_guards_everything_but_health_and_metrics(launch: Any) -> None:
+    guarded = launch(api_key="s3cret-key")
+    url = guarded.url
+    body = {"input": {"prompt": "Hi", "max_tokens": 2}}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-key"}):
+        refused = httpx.post(f"{url}/v1/predictions", json=body, headers=headers)
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"] == "Bearer"
+        assert "s3cret" not in refused.text
+    assert httpx.get(f"{url}/v1/models").status_code == 401
+    assert httpx.get(f"{url}/p/anything").status_code == 401
+    assert httpx.get(f"{url}/healthz").status_code == 200
+    assert httpx.get(f"{url}/metrics").status_code == 200
+    guarded.wait_ready()
+    allowed = httpx.post(
+        f"{url}/v1/predictions",
+        json=body,
+        headers={"Authorization": "Bearer s3cret-key"},
+        timeout=60,
+    )
+    assert allowed.status_code == 201
+    assert "s3cret" not in allowed.text
+    assert "s3cret" not in guarded.log_path.read_text()
+    with sqlite3.connect(guarded.database_path) as connection:
+        dump = "\n".join(connection.iterdump())
+    assert "s3cret" not in dump
