@@ -28,6 +28,7 @@ class Parameter:
     ge: float | None = None
     le: float | None = None
     engine_limit: str | None = None  # the engine setting that bounds it further, if any
+    size_limit: str | None = None  # for lists: how many items, how long each
 
     def field(self, **overrides: Any) -> Any:
         """A pydantic Field with this parameter's default, limits and hint."""
@@ -42,12 +43,18 @@ class Parameter:
     def limits(self) -> str:
         parts = []
         if self.ge is not None:
-            parts.append(f"≥ {self.ge:g}")
+            parts.append(f"≥ {_number(self.ge)}")
         if self.le is not None:
-            parts.append(f"≤ {self.le:g}")
+            parts.append(f"≤ {_number(self.le)}")
         if self.engine_limit:
             parts.append(f"≤ {self.engine_limit}")
+        if self.size_limit:
+            parts.append(self.size_limit)
         return ", ".join(parts)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 MAX_TOKENS = Parameter(
@@ -59,7 +66,7 @@ MAX_TOKENS = Parameter(
 )
 TEMPERATURE = Parameter(
     "temperature",
-    1.0,
+    0.7,
     "Randomness: 0 always picks the most likely next token (same answer every time); "
     "higher gives more varied answers.",
     ge=0.0,
@@ -67,7 +74,7 @@ TEMPERATURE = Parameter(
 )
 TOP_P = Parameter(
     "top_p",
-    1.0,
+    0.95,
     "Pick only among the most likely tokens that together reach this probability (1 = all).",
     ge=0.0,
     le=1.0,
@@ -125,12 +132,14 @@ BEAM_WIDTH = Parameter(
 STOP_WORDS = Parameter(
     "stop_words_list",
     None,
-    f"The answer ends before any of these (up to {MAX_WORDS} words; never shown in the output).",
+    "The answer ends before any of these (they are never shown in the output).",
+    size_limit=f"≤ {MAX_WORDS} words of 1–{MAX_WORD_CHARS} characters",
 )
 BAD_WORDS = Parameter(
     "bad_words_list",
     None,
-    f"Words the model may never write (up to {MAX_WORDS} words).",
+    "Words the model may never write.",
+    size_limit=f"≤ {MAX_WORDS} words of 1–{MAX_WORD_CHARS} characters",
 )
 
 SAMPLING_PARAMETERS = (

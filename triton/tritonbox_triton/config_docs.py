@@ -75,10 +75,12 @@ def markdown_table(classes: Iterable[type[BaseSettings]] | None = None) -> str:
     return "\n".join(lines)
 
 
-def with_table(readme: str, table: str) -> str:
-    """`readme` with the text between the table markers replaced by `table`."""
-    head, found, rest = readme.partition(TABLE_START)
-    _, found_end, tail = rest.partition(TABLE_END)
+def with_table(readme: str, table: str, name: str = "config-table") -> str:
+    """`readme` with the text between the `name` markers replaced by `table`."""
+    start = TABLE_START.replace("config-table", name)
+    end = TABLE_END.replace("config-table", name)
+    head, found, rest = readme.partition(start)
+    _, found_end, tail = rest.partition(end)
     if not (found and found_end):
-        raise ValueError(f"README.md lacks the markers {TABLE_START!r} … {TABLE_END!r}")
-    return f"{head}{TABLE_START}\n{table}\n{TABLE_END}{tail}"
+        raise ValueError(f"README.md lacks the markers {start!r} … {end!r}")
+    return f"{head}{start}\n{table}\n{end}{tail}"

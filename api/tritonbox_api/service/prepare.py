@@ -65,6 +65,9 @@ async def prepare(
     params: GenerationInput, context: EngineContext, *, max_beam_width: int, stream: bool
 ) -> PreparedGeneration:
     limit = context.info.max_output_len
+    if "max_tokens" not in params.model_fields_set and params.max_tokens > limit:
+        # The default must work on every engine: a small one gets its own maximum instead.
+        params = params.model_copy(update={"max_tokens": limit})
     if params.max_tokens > limit:
         raise invalid(
             "max_tokens", f"must be at most {limit} (MAX_OUTPUT_LEN), got {params.max_tokens}"

@@ -37,7 +37,7 @@ def test_a_prediction_is_answered_and_logged(api: httpx.Client) -> None:
     assert prediction["source"] == "api"
     assert prediction["input"] == GREEDY  # as sent
     applied = prediction["applied"]
-    assert applied["top_p"] == 1.0 and applied["max_tokens"] == 24
+    assert applied["top_p"] == 0.95 and applied["max_tokens"] == 24
     assert isinstance(applied["seed"], int)  # a seed is always recorded
     metrics = prediction["metrics"]
     assert metrics["prompt_tokens"] > 5
@@ -105,7 +105,11 @@ def test_cancel_keeps_the_partial_output(api: httpx.Client, api_server: Any) -> 
                 "POST",
                 "/v1/predictions",
                 json={
-                    "input": {"prompt": "Tell me a long story.", "max_tokens": 400},
+                    "input": {
+                        "prompt": "Tell me a long story.",
+                        "max_tokens": 400,
+                        "min_tokens": 400,
+                    },
                     "stream": True,
                 },
             ) as source,

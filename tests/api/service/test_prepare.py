@@ -1,0 +1,79 @@
+"""prepare(): the engine's limits, checked before anything reaches Triton (no server needed)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tritonbox_api.protocol.errors import ApiError
+from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_api.service.engine_context import EngineContext
+from tritonbox_api.service.prepare import PreparedGeneration, prepare
+from tritonbox_api.triton_gateway import EngineInfo
+from tritonbox_triton.prepare_model import prepare_default_model
+from tritonbox_triton.tokenization import load_tokenizer
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def context() -> EngineContext:
+    model_dir = REPO / ".cache" / "models" / "SmolLM2-135M-Instruct"
+    prepare_default_model(model_dir)
+    info = EngineInfo(tokenizer_dir=model_dir, max_input_len=64, max_output_len=32)
+    return EngineContext(info=info, tokenizer=load_tokenizer(model_dir), model_name="m")
+
+
+def run(context: EngineContext, stream: bool = True, **values: Any) -> PreparedGeneration:
+    params = GenerationInput(**values)
+    return asyncio.run(prepare(params, context, max_beam_width=1, stream=stream))
+
+
+def refused(context: EngineContext, **values: Any) -> str:
+    with pytest.raises(ApiError) as raised:
+        run(context, **values)
+    assert raised.value.status_code == 422
+    return raised.value.message
+
+
+def test_applied_parameters_are_complete_and_seeded(context: EngineContext) -> None:
+    prepared = run(context, prompt="Hello there", max_tokens=5)
+    applied = prepared.applied
+    assert applied["max_tokens"] == 5 and applied["temperature"] == 0.7
+    assert isinstance(applied["seed"], int)
+    assert prepared.request.sampling["seed"] == applied["seed"]
+    assert prepared.prompt_tokens == len(context.tokenizer.encode("Hello there"))
+
+
+def test_the_default_max_tokens_fits_a_small_engine(context: EngineContext) -> None:
+    assert run(context, prompt="Hi").request.max_tokens == 32
+
+
+def test_temperature_zero_is_greedy(context: EngineContext) -> None:
+    assert run(context, prompt="Hi", temperature=0).request.sampling["top_k"] == 1
+
+
+def test_chat_uses_the_models_template(context: EngineContext) -> None:
+    prepared = run(context, messages=[{"role": "user", "content": "Hi"}])
+    assert prepared.request.prompt.endswith("<|im_start|>assistant\n")
+    assert prepared.applied["engine_prompt"] == prepared.request.prompt
+
+
+def test_engine_limits_are_named(context: EngineContext) -> None:
+    assert "MAX_INPUT_LEN" in refused(context, prompt="word " * 80)
+    assert "must be at most 32 (MAX_OUTPUT_LEN), got 33" in refused(
+        context, prompt="a", max_tokens=33
+    )
+    assert "MAX_BEAM_WIDTH" in refused(context, prompt="a", beam_width=2)
+    assert refused(context, prompt="a", stop_words_list=["ok", " "]).startswith(
+        "stop_words_list[1]:"
+    )
+    with pytest.raises(ApiError, match="streaming needs beam_width 1"):
+        asyncio.run(
+            prepare(
+                GenerationInput(prompt="a", beam_width=2), context, max_beam_width=4, stream=True
+            )
+        )

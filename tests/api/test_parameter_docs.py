@@ -1,0 +1,33 @@
+"""README's parameter table is generated from the single definition of each parameter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonbox_api.parameter_docs import parameter_table
+from tritonbox_api.parameters import ALL_PARAMETERS
+from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_triton.config_docs import with_table
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_readme_parameter_table_is_generated() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert readme == with_table(readme, parameter_table(), name="parameter-table"), (
+        "run `.venv/bin/python scripts/gen_config_docs.py`"
+    )
+
+
+def test_the_request_model_and_openapi_schema_use_the_definitions() -> None:
+    schema = GenerationInput.model_json_schema()["properties"]
+    for parameter in ALL_PARAMETERS:
+        field = schema[parameter.name]
+        assert field["description"] == parameter.hint
+        if parameter.default is not None:
+            assert field["default"] == parameter.default
+        if parameter.le is not None:
+            assert parameter.le in (
+                field.get("maximum"),
+                *(o.get("maximum") for o in field.get("anyOf", [])),
+            )
