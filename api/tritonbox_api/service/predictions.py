@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlmodel import Session
-from tritonbox_api.text.decoder import IncrementalDecoder
-from tritonbox_api.text.stop_words import StopStringMatcher
 
 from tritonbox_api import metrics
 from tritonbox_api.db import crud
@@ -26,6 +24,8 @@ from tritonbox_api.db.models import FinishReason, Prediction, Source, Status, ut
 from tritonbox_api.db.session import Database
 from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.service.prepare import PreparedGeneration
+from tritonbox_api.text.decoder import IncrementalDecoder
+from tritonbox_api.text.stop_words import StopStringMatcher
 from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
 from tritonbox_triton.client import TritonRequestError
 
