@@ -3,6 +3,7 @@ stopped and restarted under the api, the api killed mid-stream, overload, the AP
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import threading
@@ -12,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from httpx_sse import connect_sse
 
 LONG = {"prompt": "Tell me a very long story about a dragon.", "max_tokens": 400, "min_tokens": 400}
 
@@ -116,9 +118,31 @@ def test_overload_gets_429_with_retry_after(api_server: Any) -> None:
     assert retry.status_code == 201
 
 
-def test_triton_down_gives_503_then_recovers(api_server: Any, triton_server: Any) -> None:
+def test_triton_down_mid_stream_then_503_then_recovery(api_server: Any, triton_server: Any) -> None:
+    events: list[tuple[str, str]] = []
+
+    def stream() -> None:
+        with (
+            httpx.Client(base_url=api_server.url, timeout=60) as client,
+            connect_sse(
+                client, "POST", "/v1/predictions", json={"input": LONG, "stream": True}
+            ) as source,
+        ):
+            events.extend((event.event, event.data) for event in source.iter_sse())
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    wait_for(lambda: len(events) >= 3)
     triton_server.server.stop()
     try:
+        reader.join(30)
+        assert not reader.is_alive(), "the stream must end when Triton goes away"
+        kinds = [kind for kind, _ in events]
+        assert kinds[-2:] == ["error", "done"], kinds[-3:]
+        done = json.loads(events[-1][1])
+        assert done["status"] == "failed" and done["output"]
+        assert row(api_server.database_path, done["id"])["status"] == "failed"
+
         response = httpx.post(
             f"{api_server.url}/v1/predictions", json={"input": {"prompt": "Hi", "max_tokens": 2}}
         )

@@ -11,7 +11,6 @@ from fastapi import Request
 from tritonbox_api.db.models import Source
 from tritonbox_api.deps import Services
 from tritonbox_api.protocol.generation import GenerationInput
-from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started, begin
 
 log = logging.getLogger(__name__)
@@ -61,8 +60,3 @@ def _cancel_on_disconnect(request: Request, started: Started) -> None:
 def prediction_headers(services: Services, prediction_id: str) -> dict[str, str]:
     web = f"{services.settings.public_url}/p/{prediction_id}"
     return {"X-Prediction-Id": prediction_id, "Link": f'<{web}>; rel="alternate"'}
-
-
-async def result(started: Started) -> Ended:
-    """The finished prediction (cancelled meanwhile if the client went away)."""
-    return await started.result()

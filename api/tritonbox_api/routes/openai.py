@@ -22,7 +22,7 @@ from tritonbox_api.protocol.openai import (
     ModelList,
     Usage,
 )
-from tritonbox_api.routes.common import prediction_headers, result, start
+from tritonbox_api.routes.common import prediction_headers, start
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 from tritonbox_api.triton_gateway import TritonUnavailableError
@@ -60,7 +60,7 @@ class _Shape:
         self.model = started.model
         self.created = int(time.time())
 
-    def _envelope(self, choice: dict[str, Any], chunk: bool) -> dict[str, Any]:
+    def envelope(self, choice: dict[str, Any], chunk: bool) -> dict[str, Any]:
         kind = "chat.completion" if self.chat else "text_completion"
         kind += ".chunk" if chunk and self.chat else ""
         return {
@@ -73,9 +73,9 @@ class _Shape:
 
     def delta(self, text: str, *, first: bool) -> dict[str, Any]:
         if not self.chat:
-            return self._envelope({"index": 0, "text": text, "finish_reason": None}, True)
+            return self.envelope({"index": 0, "text": text, "finish_reason": None}, True)
         delta = {"role": "assistant", "content": text} if first else {"content": text}
-        return self._envelope({"index": 0, "delta": delta, "finish_reason": None}, True)
+        return self.envelope({"index": 0, "delta": delta, "finish_reason": None}, True)
 
     def last(self, prediction: Prediction) -> dict[str, Any]:
         reason = _finish_reason(prediction)
@@ -83,7 +83,7 @@ class _Shape:
             choice = {"index": 0, "delta": {}, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": "", "finish_reason": reason}
-        return self._envelope(choice, True)
+        return self.envelope(choice, True)
 
     def whole(self, prediction: Prediction) -> dict[str, Any]:
         if self.chat:
@@ -96,7 +96,7 @@ class _Shape:
                 "finish_reason": _finish_reason(prediction),
                 "logprobs": None,
             }
-        return {**self._envelope(choice, False), "usage": _usage(prediction)}
+        return {**self.envelope(choice, False), "usage": _usage(prediction)}
 
 
 async def _sse(shape: _Shape, started: Started, include_usage: bool) -> AsyncIterator[str]:
@@ -110,7 +110,7 @@ async def _sse(shape: _Shape, started: Started, include_usage: bool) -> AsyncIte
         if prediction.status is Status.SUCCEEDED:
             yield json.dumps(shape.last(prediction))
             if include_usage:
-                yield json.dumps({**shape._envelope({}, True), "choices": [],
+                yield json.dumps({**shape.envelope({}, True), "choices": [],
                                   "usage": _usage(prediction)})  # fmt: skip
         else:
             yield _error_body(prediction)
@@ -138,7 +138,7 @@ async def _complete(
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventSourceResponse(_sse(shape, started, include_usage), headers=headers, ping=10)
-    prediction = (await result(started)).prediction
+    prediction = (await started.result()).prediction
     if prediction.status is not Status.SUCCEEDED:
         failure = json.loads(_error_body(prediction))
         code = 499 if prediction.status is Status.CANCELED else 502

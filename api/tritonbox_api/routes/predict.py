@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from tritonbox_api.db.models import Source, Status
 from tritonbox_api.deps import Guarded, ServicesDep
 from tritonbox_api.protocol.predictions import PredictRequest, prediction_urls
-from tritonbox_api.routes.common import prediction_headers, result, start
+from tritonbox_api.routes.common import prediction_headers, start
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 
@@ -40,7 +40,7 @@ async def predict(body: PredictRequest, request: Request, services: ServicesDep)
         return StreamingResponse(
             _text(started), media_type="text/plain; charset=utf-8", headers=headers
         )
-    prediction = (await result(started)).prediction
+    prediction = (await started.result()).prediction
     settings = services.settings
     urls = prediction_urls(
         prediction.id, public_url=settings.public_url, playground_url=settings.playground_url

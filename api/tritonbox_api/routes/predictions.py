@@ -21,7 +21,7 @@ from tritonbox_api.protocol.predictions import (
     PredictionOut,
     prediction_out,
 )
-from tritonbox_api.routes.common import prediction_headers, result, start
+from tritonbox_api.routes.common import prediction_headers, start
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 
@@ -61,7 +61,7 @@ async def create_prediction(
     headers = prediction_headers(services, started.id)
     if body.stream:
         return EventSourceResponse(_sse(services, started), headers=headers, ping=10)
-    ended = await result(started)
+    ended = await started.result()
     final = _out(services, ended.prediction)
     return JSONResponse(final.model_dump(mode="json"), status_code=201, headers=headers)
 
