@@ -23,6 +23,7 @@ from tritonbox_api.db import crud
 from tritonbox_api.db.models import FinishReason, Prediction, Source, Status, utc_now
 from tritonbox_api.db.session import Database
 from tritonbox_api.protocol.errors import ApiError
+from tritonbox_api.service.outcome import completed_in_memory, observe
 from tritonbox_api.service.prepare import PreparedGeneration
 from tritonbox_api.text.decoder import IncrementalDecoder
 from tritonbox_api.text.stop_words import StopStringMatcher
@@ -189,7 +190,7 @@ class PredictionService:
             final = await self._complete(record, inserted, status, error, progress, total)
             self._running.pop(running.id, None)
             metrics.IN_FLIGHT.dec()
-            _observe(final)
+            observe(final)
             running.queue.put_nowait(Ended(final, retryable))
 
     async def _generate(
@@ -246,7 +247,7 @@ class PredictionService:
             total_time_s=total_time_s,
         )
         if inserted is None:
-            return _completed_in_memory(record, values)
+            return completed_in_memory(record, values)
 
         def complete(session: Session) -> Prediction:
             return crud.complete_prediction(session=session, **values)
@@ -257,27 +258,4 @@ class PredictionService:
             return await asyncio.shield(self._database.run(complete))
         except Exception:
             log.exception("could not save prediction %s", record.id)
-            return _completed_in_memory(record, values)
-
-
-def _completed_in_memory(record: Prediction, values: dict[str, Any]) -> Prediction:
-    final = record.model_copy(update={**values, "completed_at": utc_now()})
-    tokens, total = final.completion_tokens or 0, final.total_time_s or 0.0
-    ttft = final.time_to_first_token_s
-    if tokens > 1 and ttft is not None:
-        final.time_per_output_token_s = (total - ttft) / (tokens - 1)
-    final.tokens_per_second = tokens / total if total > 0 else None
-    return final
-
-
-def _observe(prediction: Prediction) -> None:
-    reason = prediction.finish_reason.value if prediction.finish_reason else "none"
-    metrics.REQUESTS.labels(prediction.status.value, prediction.source.value, reason).inc()
-    metrics.PROMPT_TOKENS.inc(prediction.prompt_tokens or 0)
-    metrics.OUTPUT_TOKENS.inc(prediction.completion_tokens or 0)
-    if prediction.time_to_first_token_s is not None:
-        metrics.TIME_TO_FIRST_TOKEN.observe(prediction.time_to_first_token_s)
-    if prediction.time_per_output_token_s is not None:
-        metrics.TIME_PER_OUTPUT_TOKEN.observe(prediction.time_per_output_token_s)
-    if prediction.total_time_s is not None:
-        metrics.E2E_LATENCY.observe(prediction.total_time_s)
+            return completed_in_memory(record, values)
