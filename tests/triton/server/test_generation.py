@@ -190,6 +190,10 @@ def test_client_cancellation_stops_generation(
     triton_server: Any, tokenizer: PreTrainedTokenizerBase
 ) -> None:
     metrics = triton_server.metrics_url
+    # Start idle: a request orphaned by an earlier test (its client killed) may still finish.
+    deadline = time.monotonic() + 120
+    while metric(metrics, "tritonbox_engine_running_requests") and time.monotonic() < deadline:
+        time.sleep(0.5)
     cancelled_metric = 'tritonbox_engine_finished_requests_total{outcome="cancelled"}'
     before = metric(metrics, cancelled_metric)
 
