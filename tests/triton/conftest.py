@@ -55,12 +55,13 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def engine_dir(tmp_path: Path) -> Path:
-    """A stand-in TensorRT-LLM engine dir: only its config.json is read when rendering."""
+    """A stand-in TensorRT-LLM engine dir: its config.json and an empty rank0.engine."""
     path = tmp_path / "engine"
     path.mkdir()
     build = {"max_batch_size": 64, "max_input_len": 3000, "max_seq_len": 4000}
     config = {"build_config": build, "pretrained_config": {"mapping": {"tp_size": 1}}}
     (path / "config.json").write_text(json.dumps(config))
+    (path / "rank0.engine").write_bytes(b"")  # one engine file per GPU (tp_size 1)
     return path
 
 

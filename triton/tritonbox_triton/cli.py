@@ -1,4 +1,7 @@
-"""`tritonbox-triton`: prepare the model, render the repository, serve it with tritonserver."""
+"""`tritonbox-triton`: fetch or prepare the model, check it, render the repository, serve it.
+
+The same entrypoint runs natively (`scripts/up`) and in both container images.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,9 @@ from types import FrameType
 
 from pydantic import ValidationError
 
+from .engine_check import EngineCheckError, check_gpus, visible_gpus
 from .env_file import EnvFileError, check_env_file, known_env_keys
+from .fetch import FetchError, fetch, parse_source
 from .prepare_model import ModelPreparationError, prepare_default_model
 from .render import RenderError, render_repository
 from .server import TritonServer, TritonServerError
@@ -28,14 +33,32 @@ def load_settings(env_file: Path) -> TritonSettings:
     return factory(_env_file=env_file)  # type: ignore[call-arg]
 
 
-def prepare(settings: TritonSettings) -> None:
-    """Build the default model once, unless MODEL_DIR names another (trtllm needs neither)."""
+def resolve_sources(settings: TritonSettings) -> TritonSettings:
+    """The settings with ENGINE_REPOSITORY / TOKENIZER_REPOSITORY fetched into local folders.
+
+    trtllm: the repository is the engine (ENGINE_DIR); cpu: a checkpoint (MODEL_DIR).
+    """
+    update: dict[str, Path] = {}
+    if settings.engine_repository:
+        source = parse_source("ENGINE_REPOSITORY", settings.engine_repository)
+        folder = fetch(source, settings.cache_dir, settings.hf_token)
+        update["engine_dir" if settings.engine is EngineFlavour.TRTLLM else "model_dir"] = folder
+    if settings.tokenizer_repository:
+        source = parse_source("TOKENIZER_REPOSITORY", settings.tokenizer_repository)
+        update["tokenizer_dir"] = fetch(source, settings.cache_dir, settings.hf_token)
+    return settings.model_copy(update=update) if update else settings
+
+
+def prepare(settings: TritonSettings) -> TritonSettings:
+    """Fetch what the repositories name, or build the default model once; the settings to use."""
+    settings = resolve_sources(settings)
     if settings.engine is EngineFlavour.TRTLLM:
-        return
+        return settings
     if settings.model_dir is None:
         prepare_default_model(settings.default_model_dir.resolve())
     elif not settings.resolved_model_dir.is_dir():
         raise ModelPreparationError(f"MODEL_DIR {settings.resolved_model_dir} is not a directory")
+    return settings
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -43,21 +66,28 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _announce(settings: TritonSettings, repository: Path) -> None:
+    metrics = f"http://{settings.triton_host}:{settings.triton_metrics_port}/metrics"
+    print(f"Triton is ready ({settings.engine.value} engine, model repository {repository})")
+    print(f"  gRPC     {settings.grpc_url}")
+    print(f"  HTTP     {settings.http_url}")
+    print(f"  metrics  {metrics}")
+    print("Press Ctrl-C to stop.", flush=True)
+
+
 def serve(settings: TritonSettings) -> None:
     """Prepare, render and serve until Ctrl-C or SIGTERM; raise when the server fails."""
     signal.signal(signal.SIGTERM, _interrupt)
-    prepare(settings)
+    settings = prepare(settings)
+    if settings.engine is EngineFlavour.TRTLLM:
+        check_gpus(settings, visible_gpus())
+    # Rendering checks the engine's build against the settings before anything starts.
     repository = render_repository(settings)
     with TritonServer(settings, model_repository=repository) as server:
         server.wait_ready(settings.triton_ready_timeout_s)
-        metrics = f"http://{settings.triton_host}:{settings.triton_metrics_port}/metrics"
-        print(f"Triton is ready ({settings.engine.value} engine, model repository {repository})")
-        print(f"  gRPC     {settings.grpc_url}")
-        print(f"  HTTP     {settings.http_url}")
-        print(f"  metrics  {metrics}")
-        # Later issues start the api and the playground here, against settings.grpc_url.
-        print("Press Ctrl-C to stop.", flush=True)
         try:
+            # Ready from here on: a stop (even mid-print) is the normal end, not an interruption.
+            _announce(settings, repository)
             while server.is_alive():
                 time.sleep(1.0)
         except KeyboardInterrupt:
@@ -71,7 +101,12 @@ def serve(settings: TritonSettings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tritonbox-triton", description=__doc__)
-    parser.add_argument("command", choices=["prepare", "render", "serve"])
+    parser.add_argument(
+        "command",
+        choices=["prepare", "render", "serve"],
+        help="prepare: fetch the engine/tokenizer or build the default model; render: also "
+        "check the engine and render the model repository; serve: all of it, then tritonserver",
+    )
     parser.add_argument("--env-file", type=Path, default=Path(".env"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -80,12 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "prepare":
             prepare(settings)
         elif args.command == "render":
-            print(render_repository(settings))
+            print(render_repository(resolve_sources(settings)))
         else:
             serve(settings)
     except (
         EnvFileError,
         ValidationError,
+        FetchError,
+        EngineCheckError,
         ModelPreparationError,
         RenderError,
         TritonServerError,

@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings
 from tritonbox_triton.settings import TritonSettings
 
 ENTRY_POINT_GROUP = "tritonbox.settings"
+# The same `.env` feeds `docker compose`, whose own variables start with this.
+COMPOSE_PREFIX = "COMPOSE_"
 
 
 def settings_classes() -> tuple[type[BaseSettings], ...]:
@@ -58,6 +60,8 @@ def check_env_file(path: Path, known_keys: Iterable[str]) -> None:
                 continue
             if binding.key is None or binding.key.upper() in known:
                 continue  # comments and blank lines have no key
+            if binding.key.upper().startswith(COMPOSE_PREFIX):
+                continue  # Docker Compose's own (COMPOSE_FILE, COMPOSE_PROJECT_NAME, …)
             hint = difflib.get_close_matches(binding.key.upper(), known, n=1)
             suggestion = f" (did you mean {hint[0]}?)" if hint else ""
             problems.append(f"  line {line}: unknown key {binding.key}{suggestion}")

@@ -7,13 +7,13 @@ every value is checked before anything is written.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from tritonbox_triton.engine_check import EngineCheckError, check_engine
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
 
 log = logging.getLogger(__name__)
@@ -73,26 +73,9 @@ def _tokenizer_dir(path: Path) -> str:
 def _check_engine_build(settings: TritonSettings, engine_dir: Path) -> None:
     """Compare the settings with what the engine was built for (its config.json)."""
     try:
-        config = json.loads((engine_dir / "config.json").read_text())
-    except (OSError, ValueError) as error:
-        raise RenderError(
-            f"engine_dir: cannot read {engine_dir / 'config.json'}: {error}"
-        ) from None
-    build = config.get("build_config") or {}
-    mapping = (config.get("pretrained_config") or {}).get("mapping") or {}
-    limits = (
-        ("MAX_BATCH_SIZE", settings.max_batch_size, build.get("max_batch_size")),
-        ("MAX_INPUT_LEN", settings.max_input_len, build.get("max_input_len")),
-    )
-    for key, wanted, built in limits:
-        if isinstance(built, int) and wanted > built:
-            raise RenderError(f"{key}={wanted} is more than the engine was built for ({built})")
-    tp_size = mapping.get("tp_size")
-    if isinstance(tp_size, int) and tp_size != settings.tensor_parallelism:
-        raise RenderError(
-            f"TENSOR_PARALLELISM={settings.tensor_parallelism} but the engine in {engine_dir} "
-            f"was built for {tp_size}"
-        )
+        check_engine(settings, engine_dir)
+    except EngineCheckError as error:
+        raise RenderError(str(error)) from None
 
 
 def _engine_values(settings: TritonSettings) -> dict[str, str]:

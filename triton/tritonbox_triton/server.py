@@ -1,7 +1,9 @@
-"""Run the real `tritonserver` natively: the binary shipped in the `nvidia-pytriton` wheel, on CPU.
+"""Run the real `tritonserver`: the binary shipped in the `nvidia-pytriton` wheel (CPU, natively
+and in the cpu image), or NVIDIA's own (TRITONSERVER_BIN, the GPU image).
 
-`server_setup` prepares what it needs (backend directory, environment, free ports); this module
-owns the process: start, readiness with a time-out, logs, and a stop that leaves nothing behind.
+`server_setup` prepares what the wheel's binary needs (backend directory, environment) and checks
+the ports; `launch` builds the command line (one rank per GPU under mpirun); this module owns the
+process: start, readiness with a time-out, logs, and a stop that leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from .launch import server_command
 from .server_setup import (
     TritonServerError,
     check_ports_free,
@@ -33,8 +36,6 @@ __all__ = ["READY_MODELS", "TritonServer", "TritonServerError"]
 log = logging.getLogger(__name__)
 
 READY_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
-# Open streams hold shutdown for this long; Triton's default (30 s) stalls every restart.
-EXIT_TIMEOUT_S = 5
 # Readiness polls go straight to the server: an http_proxy in the environment must not see them.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -55,7 +56,10 @@ class TritonServer:
         self.backend_directory = self.cache_dir / "triton_backends"
         default_log = self.cache_dir / "logs" / f"tritonserver-{settings.triton_grpc_port}.log"
         self.log_path = (log_path or default_log).resolve()
-        self.executable = wheel_dir() / "bin" / "tritonserver"
+        # The wheel's binary needs its backends copied next to this Python's stub (server_setup);
+        # NVIDIA's image brings its own backend directory, TensorRT-LLM's backend included.
+        self.bundled = settings.tritonserver_bin is None
+        self.executable = settings.tritonserver_bin or wheel_dir() / "bin" / "tritonserver"
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -73,20 +77,12 @@ class TritonServer:
         return None if self._process is None else self._process.poll()
 
     def command(self) -> list[str]:
-        s = self.settings
-        return [
-            str(self.executable),
-            f"--model-repository={self.model_repository}",
-            f"--backend-directory={self.backend_directory}",
-            f"--http-address={s.triton_host}",
-            f"--http-port={s.triton_http_port}",
-            f"--grpc-address={s.triton_host}",
-            f"--grpc-port={s.triton_grpc_port}",
-            f"--metrics-address={s.triton_host}",
-            f"--metrics-port={s.triton_metrics_port}",
-            f"--log-verbose={s.triton_log_verbose}",
-            f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
-        ]
+        return server_command(
+            self.settings,
+            executable=self.executable,
+            model_repository=self.model_repository,
+            backend_directory=self.backend_directory if self.bundled else None,
+        )
 
     def start(self) -> None:
         """Start the server (no-op while it runs); output goes to `log_path`, truncated first.
@@ -97,7 +93,8 @@ class TritonServer:
         if self.is_alive():
             return
         check_ports_free(self.settings)
-        install_backends(self.backend_directory)
+        if self.bundled:
+            install_backends(self.backend_directory)
         command = self.command()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log.info("starting %s (log: %s)", " ".join(command), self.log_path)
@@ -107,7 +104,7 @@ class TritonServer:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                env=server_environment(),
+                env=server_environment(bundled=self.bundled),
                 # Never the repo root: its `triton/` folder would shadow the `triton` package.
                 cwd=self.cache_dir,
                 # Own process group: stop() signals the server and its backend stubs together,

@@ -71,9 +71,19 @@ def install_backends(target: Path) -> Path:
     return target
 
 
-def server_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment tritonserver and its Python backend stubs need (`base`: os.environ)."""
+def server_environment(
+    base: dict[str, str] | None = None, *, bundled: bool = True
+) -> dict[str, str]:
+    """The environment tritonserver and its Python backend stubs need (`base`: os.environ).
+
+    `bundled`: the wheel's binary, which needs its libraries and this Python's libpython; NVIDIA's
+    image is set up for its own binary already.
+    """
     env = dict(os.environ if base is None else base)
+    # The repo's top-level `triton/` folder must never shadow OpenAI's `triton` package.
+    env["PYTHONSAFEPATH"] = "1"
+    if not bundled:
+        return env
     libs = wheel_dir().parent.parent / "nvidia_pytriton.libs"
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     paths = [libdir, str(libs), env.get("LD_LIBRARY_PATH", "")]
@@ -82,8 +92,6 @@ def server_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     env["PATH"] = os.pathsep.join(
         p for p in (str(Path(sys.executable).parent), env.get("PATH", "")) if p
     )
-    # The repo's top-level `triton/` folder must never shadow OpenAI's `triton` package.
-    env["PYTHONSAFEPATH"] = "1"
     return env
 
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -49,11 +49,33 @@ class TritonSettings(BaseSettings):
     )
     tokenizer_dir: Path | None = Field(
         default=None,
-        description="Tokenizer directory; unset = MODEL_DIR. Required for ENGINE=trtllm.",
+        description="Tokenizer directory; unset = MODEL_DIR (cpu) or the engine's folder (trtllm).",
     )
     engine_dir: Path | None = Field(
         default=None,
         description="trtllm: the TensorRT-LLM engine directory (config.json + rank*.engine).",
+    )
+    engine_repository: str | None = Field(
+        default=None,
+        description="Where the engine comes from: a Hugging Face repository id (org/name, "
+        "optionally org/name@revision and /sub/folder) fetched once into CACHE_DIR/hub, or a "
+        "local path. trtllm: the TensorRT-LLM engine (instead of ENGINE_DIR); cpu: a Hugging "
+        "Face checkpoint (instead of MODEL_DIR).",
+    )
+    tokenizer_repository: str | None = Field(
+        default=None,
+        description="Where the tokenizer comes from (same forms as ENGINE_REPOSITORY), instead "
+        "of TOKENIZER_DIR; unset = TOKENIZER_DIR, else the engine's own folder.",
+    )
+    hf_token: SecretStr | None = Field(
+        default=None,
+        description="Hugging Face token for private or gated repositories (never logged).",
+    )
+    tritonserver_bin: Path | None = Field(
+        default=None,
+        description="The tritonserver executable; unset = the one in the nvidia-pytriton wheel "
+        "(CPU). The GPU image sets NVIDIA's /opt/tritonserver/bin/tritonserver, whose backends "
+        "include TensorRT-LLM's.",
     )
     model_repository: Path | None = Field(
         default=None,
@@ -150,17 +172,11 @@ class TritonSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _flavour_requirements(self) -> Self:
-        if self.engine is EngineFlavour.TRTLLM:
-            missing = [
-                key
-                for key, value in (
-                    ("ENGINE_DIR", self.engine_dir),
-                    ("TOKENIZER_DIR", self.tokenizer_dir),
-                )
-                if value is None
-            ]
-            if missing:
-                raise ValueError(f"ENGINE=trtllm needs {' and '.join(missing)} to be set")
+        if self.engine is EngineFlavour.TRTLLM and not (self.engine_dir or self.engine_repository):
+            raise ValueError(
+                "ENGINE=trtllm needs ENGINE_REPOSITORY (a Hugging Face repository id or a path) "
+                "or ENGINE_DIR to be set"
+            )
         return self
 
     @property
@@ -174,6 +190,9 @@ class TritonSettings(BaseSettings):
 
     @property
     def resolved_tokenizer_dir(self) -> Path:
+        if self.tokenizer_dir is None and self.engine is EngineFlavour.TRTLLM and self.engine_dir:
+            # Engine repositories often carry the tokenizer files next to config.json.
+            return self.engine_dir.resolve()
         return (self.tokenizer_dir or self.model_dir or self.default_model_dir).resolve()
 
     @property

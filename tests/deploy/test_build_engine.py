@@ -1,0 +1,148 @@
+"""scripts/build_engine.py without a GPU: the quantize.py and trtllm-build command lines of each
+preset, the limits from the settings, the tokenizer copied next to the engine, the upload."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from tritonbox_testing.deploy import REPO
+
+from tritonbox_triton.settings import TritonSettings
+
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("build_engine", REPO / "scripts/build_engine.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["build_engine"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+build_engine = load_script()
+
+GEMMA = [
+    "--model=google/gemma-7b-it",
+    "--preset=int4_awq",
+    "--kv-cache=int8",
+    "--output=models/gemma-7b-it-int4-awq",
+    "--max-batch-size=64",
+    "--max-input-len=3000",
+    "--max-output-len=1000",
+]
+
+
+def commands(argv: list[str]) -> tuple[list[str], list[str]]:
+    args = build_engine.parse_args(argv)
+    checkpoint = Path("/tmp/ckpt")
+    return (
+        build_engine.quantize_command(args, Path("/hf/gemma"), checkpoint),
+        build_engine.build_command(args, checkpoint),
+    )
+
+
+def test_gemma_int4_awq_example() -> None:
+    quantize, build = commands(GEMMA)
+    assert quantize[1] == "/app/tensorrt_llm/examples/quantization/quantize.py"
+    assert {"--qformat=int4_awq", "--kv_cache_dtype=int8", "--dtype=float16"} <= set(quantize)
+    assert {"--model_dir=/hf/gemma", "--output_dir=/tmp/ckpt", "--tp_size=1"} <= set(quantize)
+    assert build[0] == "trtllm-build"
+    assert {
+        "--max_batch_size=64",
+        "--max_input_len=3000",
+        "--max_seq_len=4000",
+        "--gpt_attention_plugin=auto",
+        "--gemm_plugin=auto",
+        "--paged_kv_cache=enable",
+        "--remove_input_padding=enable",
+        "--context_fmha=enable",
+        "--output_dir=models/gemma-7b-it-int4-awq",
+    } <= set(build)
+    # INT8 KV cache: no paged context FMHA (it would refuse the build).
+    assert "--use_paged_context_fmha=enable" not in build
+
+
+@pytest.mark.parametrize(
+    ("preset", "qformat", "dtype"),
+    [
+        ("fp16", "full_prec", "float16"),
+        ("bf16", "full_prec", "bfloat16"),
+        ("int8_wo", "int8_wo", "float16"),
+        ("int4_wo", "int4_wo", "float16"),
+        ("int4_awq", "int4_awq", "float16"),
+        ("w4a8_awq", "w4a8_awq", "float16"),
+        ("fp8", "fp8", "float16"),
+        ("int8_sq", "int8_sq", "float16"),
+    ],
+)
+def test_presets(preset: str, qformat: str, dtype: str) -> None:
+    quantize, build = commands(["--model=m", f"--preset={preset}", "--output=out"])
+    assert f"--qformat={qformat}" in quantize and f"--dtype={dtype}" in quantize
+    assert ("--gemm_plugin=auto" in build) == (preset != "fp8")
+    assert "--use_paged_context_fmha=enable" in build  # enables KV-cache reuse
+    assert "--paged_kv_cache=enable" in build
+
+
+def test_limits_come_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("MAX_BATCH_SIZE", "MAX_INPUT_LEN", "MAX_OUTPUT_LEN", "TENSOR_PARALLELISM"):
+        monkeypatch.delenv(key, raising=False)
+    fields = TritonSettings.model_fields
+    args = build_engine.parse_args(["--model=m", "--output=o"])
+    assert args.max_batch_size == fields["max_batch_size"].default
+    assert args.max_input_len == fields["max_input_len"].default
+    assert args.max_output_len == fields["max_output_len"].default
+    assert args.tp == fields["tensor_parallelism"].default
+    monkeypatch.setenv("MAX_BATCH_SIZE", "64")
+    monkeypatch.setenv("TENSOR_PARALLELISM", "2")
+    args = build_engine.parse_args(["--model=m", "--output=o"])
+    assert (args.max_batch_size, args.tp) == (64, 2)
+    quantize, build = commands(["--model=m", "--output=o"])
+    assert "--tp_size=2" in quantize and "--workers=2" in build
+
+
+def test_dry_run_prints_both_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_engine.main([*GEMMA, "--dry-run"]) == 0
+    quantize, build = capsys.readouterr().out.splitlines()
+    assert "quantize.py" in quantize and build.startswith("trtllm-build ")
+
+
+def test_tokenizer_travels_with_the_engine(tmp_path: Path) -> None:
+    tokenizer_dir = tmp_path / "checkpoint"
+    tokenizer_dir.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "config.json", "model.safetensors"):
+        (tokenizer_dir / name).write_text(name)
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    copied = build_engine.copy_tokenizer(tokenizer_dir, engine)
+    assert "tokenizer.json" in copied and "config.json" not in copied  # the engine's stays
+    assert (engine / "tokenizer.json").read_bytes() == (
+        tokenizer_dir / "tokenizer.json"
+    ).read_bytes()
+
+
+def test_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, Any]] = []
+
+    class FakeApi:
+        def __init__(self, token: str | None) -> None:
+            calls.append(("token", token))
+
+        def create_repo(self, repo_id: str, **kwargs: Any) -> None:
+            calls.append(("create", (repo_id, kwargs)))
+
+        def upload_folder(self, **kwargs: Any) -> None:
+            calls.append(("upload", kwargs))
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setenv("HF_TOKEN", "hf_write")
+    build_engine.upload(tmp_path, "my-org/engine", private=True)
+    assert calls[0] == ("token", "hf_write")
+    assert calls[1] == ("create", ("my-org/engine", {"private": True, "exist_ok": True}))
+    assert calls[2][1]["folder_path"] == str(tmp_path)
