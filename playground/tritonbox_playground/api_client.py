@@ -1,0 +1,192 @@
+"""The playground's only way to the model: the api, over HTTP (so every run is a logged
+prediction with source=playground). Failures become a PlaygroundError whose message is meant
+for the person in front of the page: the api's own message when it gave one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class PlaygroundError(Exception):
+    """Something the user should read: what went wrong, in plain words."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+
+
+class Prediction(BaseModel):
+    """The part of the api's prediction object the playground shows."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    status: str
+    source: str = "api"
+    input: dict[str, Any] = {}
+    applied: dict[str, Any] = {}
+    output: str = ""
+    error: str | None = None
+    finish_reason: str | None = None
+    metrics: dict[str, float | int | None] = {}
+    urls: dict[str, str] = {}
+    created_at: str | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    """The api accepted the run: its prediction id (from the X-Prediction-Id header)."""
+
+    id: str
+
+
+StreamEvent = Started | str | Prediction  # the id, then text pieces, then the final prediction
+
+
+def _error_message(response: httpx.Response) -> str:
+    # The api answers errors in the OpenAI shape: {"error": {"message", "type", "param"}}.
+    try:
+        body = response.json()
+        message = body["error"]["message"]
+        if isinstance(message, str) and message:
+            return message
+    except (ValueError, KeyError, TypeError):
+        pass
+    reason = response.reason_phrase or "error"
+    return f"the api answered {response.status_code} {reason}"
+
+
+class ApiClient:
+    """An httpx client for the api's predictions routes; one per playground process."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        max_connections: int = 100,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout_s = timeout_s
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(max_connections=max_connections),
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _transport_error(self, error: httpx.TransportError) -> PlaygroundError:
+        if isinstance(error, httpx.TimeoutException):
+            return PlaygroundError(
+                f"The api at {self.base_url} did not answer within {self._timeout_s:g} s. "
+                "It may be overloaded; try again in a moment."
+            )
+        return PlaygroundError(
+            f"The api at {self.base_url} cannot be reached ({type(error).__name__}). "
+            "Is it running? Try again in a moment."
+        )
+
+    async def _json(self, method: str, path: str, **options: Any) -> Any:
+        try:
+            response = await self._client.request(method, path, **options)
+        except httpx.TransportError as error:
+            raise self._transport_error(error) from None
+        if response.is_error:
+            raise PlaygroundError(_error_message(response), status_code=response.status_code)
+        try:
+            return response.json()
+        except ValueError:
+            raise PlaygroundError("the api answered something that is not JSON") from None
+
+    async def get(self, prediction_id: str) -> Prediction:
+        return _prediction(await self._json("GET", f"/v1/predictions/{prediction_id}"))
+
+    async def cancel(self, prediction_id: str) -> Prediction:
+        return _prediction(await self._json("POST", f"/v1/predictions/{prediction_id}/cancel"))
+
+    async def list(self, *, limit: int = 20, source: str | None = None) -> list[Prediction]:
+        params: dict[str, str | int] = {"limit": limit}
+        if source:
+            params["source"] = source
+        body = await self._json("GET", "/v1/predictions", params=params)
+        try:
+            return [Prediction.model_validate(item) for item in body["results"]]
+        except (KeyError, TypeError, ValidationError):
+            raise PlaygroundError("the api's list of predictions has an unexpected shape") from None
+
+    async def stream_prediction(
+        self, generation_input: dict[str, Any]
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Start a prediction and stream it: Started, text pieces, then the final Prediction.
+
+        Closing the iterator early closes the HTTP stream, which the api takes as a cancel.
+        """
+        body = {"input": generation_input, "stream": True, "source": "playground"}
+        try:
+            async with self._client.stream("POST", "/v1/predictions", json=body) as response:
+                if response.is_error:
+                    await response.aread()
+                    raise PlaygroundError(
+                        _error_message(response), status_code=response.status_code
+                    )
+                prediction_id = response.headers.get("x-prediction-id")
+                if prediction_id:
+                    yield Started(prediction_id)
+                async for event, data in _server_sent_events(response):
+                    if event == "output":
+                        yield data
+                    elif event == "done":
+                        yield _prediction(_loads(data))
+                        return
+                    # `error` is followed by `done`, which carries the message and the permalink.
+        except httpx.TransportError as error:
+            raise self._transport_error(error) from None
+        raise PlaygroundError("the api ended the answer early (its stream closed); try again")
+
+
+def _loads(data: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise PlaygroundError("the api answered something that is not JSON") from None
+
+
+def _prediction(body: Any) -> Prediction:
+    try:
+        return Prediction.model_validate(body)
+    except ValidationError:
+        raise PlaygroundError("the api's prediction has an unexpected shape") from None
+
+
+async def _server_sent_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """(event, data) pairs of a text/event-stream body; comments (keep-alive pings) skipped."""
+    event, data = "message", list[str]()
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "message", list[str]()
+            continue
+        field, _, value = line.partition(":")
+        # The spec strips exactly one space after the colon: text pieces keep their own spaces.
+        value = value.removeprefix(" ")
+        if field == "event":
+            event = value
+        elif field == "data":
+            data.append(value)
+    if data:
+        yield event, "\n".join(data)

@@ -1,0 +1,174 @@
+"""The playground's form: which parameters it shows, and how its values become the api's
+`input` and come back from a saved prediction.
+
+Names, defaults, limits and hints all come from tritonbox_api.parameters (one definition for
+the api, its docs and this page); only the labels are the playground's own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tritonbox_api import parameters as p
+from tritonbox_playground.api_client import PlaygroundError, Prediction
+
+PROMPT_MODE, CHAT_MODE = "Prompt", "Chat"
+MODES = (PROMPT_MODE, CHAT_MODE)
+
+# Shown first, with Run; the others sit under "More settings".
+MAIN_NUMBERS = (p.MAX_TOKENS, p.TEMPERATURE, p.TOP_P, p.TOP_K, p.REPETITION_PENALTY)
+MORE_NUMBERS = (p.PRESENCE_PENALTY, p.FREQUENCY_PENALTY, p.MIN_TOKENS)
+WORD_LISTS = (p.STOP_WORDS, p.BAD_WORDS)
+INTEGERS = frozenset({p.MAX_TOKENS.name, p.TOP_K.name, p.MIN_TOKENS.name, p.SEED.name})
+
+LABELS = {
+    p.MAX_TOKENS.name: "Max tokens",
+    p.TEMPERATURE.name: "Temperature",
+    p.TOP_P.name: "Top-p",
+    p.TOP_K.name: "Top-k",
+    p.REPETITION_PENALTY.name: "Repetition penalty",
+    p.PRESENCE_PENALTY.name: "Presence penalty",
+    p.FREQUENCY_PENALTY.name: "Frequency penalty",
+    p.MIN_TOKENS.name: "Min tokens",
+    p.SEED.name: "Seed",
+    p.STOP_WORDS.name: "Stop words",
+    p.BAD_WORDS.name: "Bad words",
+}
+
+# The order of the form's values everywhere: components, event inputs, restore outputs.
+FIELDS: tuple[str, ...] = (
+    "mode",
+    "system_prompt",
+    "prompt",
+    *(parameter.name for parameter in MAIN_NUMBERS),
+    p.SEED.name,
+    *(parameter.name for parameter in WORD_LISTS),
+    *(parameter.name for parameter in MORE_NUMBERS),
+)
+
+_ESCAPES = {"\\n": "\n", "\\t": "\t", "\\\\": "\\"}
+_UNESCAPES = {value: key for key, value in _ESCAPES.items()}
+
+
+def hint(parameter: p.Parameter, extra: str = "") -> str:
+    """The parameter's plain-language hint, then the limits the api enforces."""
+    limits = parameter.limits()
+    return f"{parameter.hint}{extra}" + (f" Limits: {limits}." if limits else "")
+
+
+def words_from_text(text: str | None) -> list[str]:
+    """One word per line; empty lines skipped, `\\n` and `\\t` for a line break and a tab."""
+    words = []
+    for line in (text or "").splitlines():
+        word = re.sub(r"\\[nt\\]", lambda m: _ESCAPES[m.group(0)], line.strip())
+        if word:
+            words.append(word)
+    return words
+
+
+def text_from_words(words: Sequence[str] | None) -> str:
+    return "\n".join(re.sub(r"[\n\t\\]", lambda m: _UNESCAPES[m.group(0)], w) for w in words or ())
+
+
+def _seed(value: Any) -> int | None:
+    text = str(value if value is not None else "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise PlaygroundError(
+            f"Seed: write a whole number ({p.SEED.limits()}) or leave it empty, not {text!r}."
+        )
+    return int(text)
+
+
+def _number(name: str, value: Any) -> int | float | None:
+    if value is None or value == "":
+        return None  # left empty: the api's default applies
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PlaygroundError(f"{LABELS[name]}: write a number, not {value!r}.") from None
+    return int(number) if name in INTEGERS and number.is_integer() else number
+
+
+def generation_input(
+    values: dict[str, Any], earlier: Sequence[dict[str, str]] = ()
+) -> dict[str, Any]:
+    """The api's `input` for the form's values (limits are the api's to check and explain).
+
+    `earlier`: the messages of a restored chat between its system prompt and its last question.
+    """
+    prompt = str(values.get("prompt") or "")
+    body: dict[str, Any] = {}
+    if values.get("mode") == CHAT_MODE:
+        system = str(values.get("system_prompt") or "").strip()
+        messages = [{"role": "system", "content": system}] if system else []
+        messages += [dict(message) for message in earlier]
+        messages.append({"role": "user", "content": prompt})
+        body["messages"] = messages
+    else:
+        body["prompt"] = prompt
+    for parameter in (*MAIN_NUMBERS, *MORE_NUMBERS):
+        number = _number(parameter.name, values.get(parameter.name))
+        if number is not None:
+            body[parameter.name] = number
+    seed = _seed(values.get(p.SEED.name))
+    if seed is not None:
+        body[p.SEED.name] = seed
+    for parameter in WORD_LISTS:
+        words = words_from_text(values.get(parameter.name))
+        if words:
+            body[parameter.name] = words
+    return body
+
+
+@dataclass(frozen=True)
+class Restored:
+    values: dict[str, Any]
+    earlier: list[dict[str, str]]
+
+
+def defaults() -> dict[str, Any]:
+    values: dict[str, Any] = {"mode": PROMPT_MODE, "system_prompt": "", "prompt": ""}
+    for parameter in (*MAIN_NUMBERS, *MORE_NUMBERS):
+        values[parameter.name] = parameter.default
+    values[p.SEED.name] = "" if p.SEED.default is None else str(p.SEED.default)
+    for parameter in WORD_LISTS:
+        values[parameter.name] = text_from_words(parameter.default)
+    return values
+
+
+def from_prediction(prediction: Prediction) -> Restored:
+    """The form as it was for `prediction`: every parameter as applied (the input as sent for
+    predictions saved without them), so running it again asks the same."""
+    source = {**prediction.input, **prediction.applied}
+    values = defaults()
+    earlier: list[dict[str, str]] = []
+    messages = source.get("messages")
+    if isinstance(messages, list) and messages:
+        chat = [
+            {"role": str(m.get("role", "user")), "content": str(m.get("content", ""))}
+            for m in messages
+            if isinstance(m, dict)
+        ]
+        values["mode"] = CHAT_MODE
+        if chat and chat[0]["role"] == "system":
+            values["system_prompt"] = chat.pop(0)["content"]
+        if chat and chat[-1]["role"] == "user":
+            values["prompt"] = chat.pop()["content"]
+        earlier = chat
+    else:
+        values["prompt"] = str(source.get("prompt") or "")
+    for parameter in (*MAIN_NUMBERS, *MORE_NUMBERS):
+        if source.get(parameter.name) is not None:
+            values[parameter.name] = source[parameter.name]
+    if source.get(p.SEED.name) is not None:
+        values[p.SEED.name] = str(source[p.SEED.name])
+    for parameter in WORD_LISTS:
+        words = source.get(parameter.name)
+        if isinstance(words, list):
+            values[parameter.name] = text_from_words([str(w) for w in words])
+    return Restored(values=values, earlier=earlier)

@@ -1,0 +1,39 @@
+"""Which prediction each browser session is running, so that Stop can cancel it on the api.
+
+Stop is its own event: it finds the run by the session, asks the api to cancel the prediction
+(known from the X-Prediction-Id header), and the run's stream then ends with the canceled
+prediction, permalink included. A Stop that comes before the api has answered with the id is
+remembered, and the run cancels itself as soon as the id arrives.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+@dataclass
+class RunHandle:
+    prediction_id: str | None = None
+    stop_requested: bool = False
+
+
+class ActiveRuns:
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._runs: OrderedDict[str, RunHandle] = OrderedDict()
+        self._capacity = capacity  # sessions whose run was torn down mid-way never end theirs
+
+    def begin(self, session: str) -> RunHandle:
+        handle = RunHandle()
+        self._runs[session] = handle
+        self._runs.move_to_end(session)
+        while len(self._runs) > self._capacity:
+            self._runs.popitem(last=False)
+        return handle
+
+    def end(self, session: str, handle: RunHandle) -> None:
+        if self._runs.get(session) is handle:
+            del self._runs[session]
+
+    def get(self, session: str) -> RunHandle | None:
+        return self._runs.get(session)

@@ -1,0 +1,127 @@
+""" "Copy as curl / Python / openai": the current settings as code that asks the api the same.
+
+Each snippet reads the key from the environment ($API_KEY) when the api needs one: the playground
+never shows the real key.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# GenerationInput name -> the openai SDK's own argument; the rest go in `extra_body`.
+_OPENAI_ARGUMENTS = {
+    "max_tokens": "max_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "stop_words_list": "stop",
+}
+_OPENAI_EXTRAS = {
+    "top_k": "top_k",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_tokens",
+    "bad_words_list": "bad_words",
+}
+
+
+def python_literal(value: Any, indent: int = 0) -> str:
+    """`value` (JSON data) as Python source, one item per line like a formatter would."""
+    pad, inner = " " * indent, " " * (indent + 4)
+    if isinstance(value, dict) and value:
+        items = [
+            f"{inner}{json.dumps(str(k))}: {python_literal(v, indent + 4)},"
+            for k, v in value.items()
+        ]
+        return "{\n" + "\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list) and value:
+        items = [f"{inner}{python_literal(v, indent + 4)}," for v in value]
+        return "[\n" + "\n".join(items) + f"\n{pad}]"
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    # JSON's string escapes and number spellings are valid Python.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def curl(generation_input: dict[str, Any], api_url: str, *, api_key_required: bool) -> str:
+    body = {"input": generation_input, "stream": False}
+    auth = '  -H "Authorization: Bearer $API_KEY" \\\n' if api_key_required else ""
+    data = json.dumps(body, indent=2, ensure_ascii=False)
+    return (
+        f"curl {api_url}/v1/predictions \\\n"
+        "  -H 'Content-Type: application/json' \\\n"
+        f"{auth}  -d {_shell_quote(data)}"
+    )
+
+
+def python(generation_input: dict[str, Any], api_url: str, *, api_key_required: bool) -> str:
+    body = {"input": generation_input, "stream": True}
+    imports = "import os\n\nimport httpx" if api_key_required else "import httpx"
+    auth = (
+        '    headers={"Authorization": f"Bearer {os.environ[\'API_KEY\']}"},\n'
+        if api_key_required
+        else ""
+    )
+    return (
+        f"{imports}\n\n"
+        "# Server-sent events: `output` pieces of the answer, then `done` (the prediction).\n"
+        "with httpx.stream(\n"
+        '    "POST",\n'
+        f"    {json.dumps(api_url + '/v1/predictions')},\n"
+        f"    json={python_literal(body, 4)},\n"
+        f"{auth}"
+        "    timeout=300,\n"
+        ") as response:\n"
+        "    response.raise_for_status()\n"
+        '    print("permalink:", response.headers["link"])\n'
+        "    event = None\n"
+        "    for line in response.iter_lines():\n"
+        '        if line.startswith("event: "):\n'
+        '            event = line.removeprefix("event: ")\n'
+        '        elif line.startswith("data: ") and event == "output":\n'
+        '            print(line.removeprefix("data: "), end="", flush=True)\n'
+    )
+
+
+def openai(generation_input: dict[str, Any], api_url: str, *, api_key_required: bool) -> str:
+    arguments: dict[str, Any] = {}
+    extras: dict[str, Any] = {}
+    for name, value in generation_input.items():
+        if name in _OPENAI_ARGUMENTS:
+            arguments[_OPENAI_ARGUMENTS[name]] = value
+        elif name in _OPENAI_EXTRAS:
+            extras[_OPENAI_EXTRAS[name]] = value
+    chat = "messages" in generation_input
+    if chat:
+        call, text = "client.chat.completions.create", "chunk.choices[0].delta.content or ''"
+        head = f"    messages={python_literal(generation_input['messages'], 4)},\n"
+    else:
+        call, text = "client.completions.create", "chunk.choices[0].text"
+        head = f"    prompt={python_literal(generation_input.get('prompt', ''), 4)},\n"
+    lines = [f"    {key}={python_literal(value, 4)},\n" for key, value in arguments.items()]
+    if extras:  # TritonBox's own parameters, which the SDK passes through as extra_body
+        lines.append(f"    extra_body={python_literal(extras, 4)},\n")
+    key = 'os.environ["API_KEY"]' if api_key_required else '"not needed"'
+    imports = (
+        "import os\n\nfrom openai import OpenAI"
+        if api_key_required
+        else "from openai import OpenAI"
+    )
+    return (
+        f"{imports}\n\n"
+        f"client = OpenAI(base_url={json.dumps(api_url + '/v1')}, api_key={key})\n"
+        "model = client.models.list().data[0].id\n"
+        f"stream = {call}(\n"
+        "    model=model,\n"
+        f"{head}{''.join(lines)}"
+        "    stream=True,\n"
+        ")\n"
+        "for chunk in stream:\n"
+        f"    print({text}, end='', flush=True)\n"
+    )

@@ -1,0 +1,100 @@
+"""Fixtures: the real playground in front of the real api in front of the session's Triton,
+and a real headless Chromium (Debian's `chromium`, driven by Playwright)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+from tritonbox_testing.api_process import RunningApi, free_port, launch_api
+from tritonbox_testing.playground_process import RunningPlayground, launch_playground
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.fixture(scope="session")
+def playground_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def playground_api(
+    triton_server: Any, tmp_path_factory: pytest.TempPathFactory, playground_port: int
+) -> Iterator[RunningApi]:
+    """An api of the playground's own (its list of predictions holds only these tests' runs),
+    whose permalink pages link to the test playground."""
+    running = launch_api(
+        triton_server,
+        tmp_path_factory.mktemp("playground-api"),
+        playground_url=f"http://127.0.0.1:{playground_port}",
+    )
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="session")
+def playground_server(
+    playground_api: RunningApi, tmp_path_factory: pytest.TempPathFactory, playground_port: int
+) -> Iterator[RunningPlayground]:
+    running = launch_playground(
+        playground_api.url, tmp_path_factory.mktemp("playground"), playground_port
+    )
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def api(playground_api: RunningApi) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=playground_api.url, timeout=120) as client:
+        yield client
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Callable[..., RunningPlayground]]:
+    """Start extra playgrounds with their own settings; all are stopped after the test."""
+    started: list[RunningPlayground] = []
+
+    def start(api_url: str, **settings: str) -> RunningPlayground:
+        running = launch_playground(
+            api_url, tmp_path / f"playground{len(started)}", free_port(), **settings
+        )
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: scripts/install installs Debian's chromium")
+    # Debian's Chromium, never a browser build that Playwright would download.
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        yield page
+    finally:
+        context.close()

@@ -1,0 +1,115 @@
+"""The form's values <-> the api's `input`, and restoring a saved prediction."""
+
+from __future__ import annotations
+
+import pytest
+
+from tritonbox_api import parameters as p
+from tritonbox_playground.api_client import PlaygroundError, Prediction
+from tritonbox_playground.form import (
+    CHAT_MODE,
+    FIELDS,
+    PROMPT_MODE,
+    defaults,
+    from_prediction,
+    generation_input,
+    hint,
+    text_from_words,
+    words_from_text,
+)
+
+
+def test_the_form_starts_from_the_apis_defaults_and_hints() -> None:
+    values = defaults()
+    assert set(values) == set(FIELDS)
+    for parameter in (p.MAX_TOKENS, p.TEMPERATURE, p.TOP_P, p.TOP_K, p.REPETITION_PENALTY):
+        assert values[parameter.name] == parameter.default
+    assert hint(p.TEMPERATURE) == f"{p.TEMPERATURE.hint} Limits: {p.TEMPERATURE.limits()}."
+
+
+def test_a_prompt_becomes_the_apis_input() -> None:
+    values = defaults() | {
+        "prompt": "The capital of France is",
+        "max_tokens": 12.0,  # gradio may hand integers over as floats
+        "temperature": 0,
+        "seed": " 42 ",
+        "stop_words_list": ".\n\n  Paris \n",
+        "bad_words_list": "",
+    }
+    body = generation_input(values)
+    assert body["prompt"] == "The capital of France is"
+    assert body["max_tokens"] == 12 and isinstance(body["max_tokens"], int)
+    assert body["seed"] == 42
+    assert body["stop_words_list"] == [".", "Paris"]
+    assert "bad_words_list" not in body and "messages" not in body
+
+
+def test_a_chat_sends_the_system_prompt_and_earlier_messages() -> None:
+    values = defaults() | {"mode": CHAT_MODE, "system_prompt": "Be brief.", "prompt": "Hi"}
+    earlier = [{"role": "user", "content": "A"}, {"role": "assistant", "content": "B"}]
+    assert generation_input(values, earlier)["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        *earlier,
+        {"role": "user", "content": "Hi"},
+    ]
+    assert generation_input(values | {"system_prompt": " "})["messages"] == [
+        {"role": "user", "content": "Hi"}
+    ]
+
+
+def test_an_empty_seed_is_random_and_a_bad_one_is_explained() -> None:
+    assert "seed" not in generation_input(defaults() | {"prompt": "x", "seed": ""})
+    with pytest.raises(PlaygroundError, match="Seed: write a whole number"):
+        generation_input(defaults() | {"prompt": "x", "seed": "-3"})
+    with pytest.raises(PlaygroundError, match="Top-k: write a number, not 'many'"):
+        generation_input(defaults() | {"prompt": "x", "top_k": "many"})
+
+
+def test_words_escape_line_breaks_and_round_trip() -> None:
+    words = ["\n", "a\tb", "back\\slash", "end."]
+    text = text_from_words(words)
+    assert text == "\\n\na\\tb\nback\\\\slash\nend."
+    assert words_from_text(text) == words
+
+
+def test_restoring_prefers_the_applied_parameters() -> None:
+    prediction = Prediction(
+        id="x",
+        status="succeeded",
+        input={"prompt": "Hi", "max_tokens": 9},
+        applied={
+            "prompt": "Hi",
+            "messages": None,
+            "max_tokens": 9,
+            "temperature": 0.0,
+            "seed": 2**63 - 2,  # too large for a browser's number: kept as text
+            "stop_words_list": ["\n"],
+            "bad_words_list": [],
+            "engine_prompt": "Hi",
+        },
+    )
+    restored = from_prediction(prediction)
+    assert restored.values["mode"] == PROMPT_MODE
+    assert restored.values["max_tokens"] == 9 and restored.values["temperature"] == 0.0
+    assert restored.values["seed"] == str(2**63 - 2)
+    assert restored.values["stop_words_list"] == "\\n"
+    assert generation_input(restored.values)["seed"] == 2**63 - 2
+
+
+def test_restoring_falls_back_to_the_input_and_splits_a_chat() -> None:
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "A"},
+        {"role": "assistant", "content": "B"},
+        {"role": "user", "content": "C"},
+    ]
+    restored = from_prediction(
+        Prediction(id="x", status="failed", input={"messages": messages, "top_k": 3})
+    )
+    assert restored.values["mode"] == CHAT_MODE
+    assert restored.values["system_prompt"] == "Be brief."
+    assert restored.values["prompt"] == "C"
+    assert restored.values["top_k"] == 3
+    assert restored.values["temperature"] == p.TEMPERATURE.default
+    assert restored.earlier == messages[1:3]
+    assert generation_input(restored.values, restored.earlier)["messages"] == messages

@@ -1,0 +1,61 @@
+"""PlaygroundSettings and `tritonbox-playground serve`'s checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from tritonbox_api.settings import ApiSettings
+from tritonbox_playground.cli import launch_options, load_settings, main
+from tritonbox_playground.settings import PlaygroundSettings
+from tritonbox_triton.env_file import EnvFileError
+
+FACTORY: Any = PlaygroundSettings
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in set(PlaygroundSettings.model_fields) | set(ApiSettings.model_fields):
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
+def test_one_env_line_feeds_the_api_and_the_playground(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text("API_KEY=s3cret\nPUBLIC_URL=https://llm.example\nPLAYGROUND_CONCURRENCY=8\n")
+    settings = load_settings(env)
+    api: ApiSettings = ApiSettings(_env_file=env)  # type: ignore[call-arg]
+    assert settings.api_key is not None and api.api_key is not None
+    assert settings.api_key.get_secret_value() == api.api_key.get_secret_value() == "s3cret"
+    assert settings.shown_api_url == "https://llm.example"
+    assert settings.playground_concurrency == 8
+    assert "s3cret" not in repr(settings)
+
+
+def test_the_snippets_show_the_api_url_when_no_public_url_is_set() -> None:
+    settings = FACTORY(_env_file=None, api_url="http://api:8080/")
+    assert settings.shown_api_url == "http://api:8080"
+
+
+def test_an_unknown_env_key_is_refused(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text("PLAYGROUND_CONCURENCY=8\n")
+    with pytest.raises(EnvFileError, match="did you mean PLAYGROUND_CONCURRENCY"):
+        load_settings(env)
+    assert main(["serve", "--env-file", str(env)]) == 1
+
+
+def test_a_login_needs_a_username_and_a_password() -> None:
+    with pytest.raises(ValidationError, match="PLAYGROUND_USERNAME and PLAYGROUND_PASSWORD"):
+        FACTORY(_env_file=None, playground_username="ann")
+    settings = FACTORY(_env_file=None, playground_username="ann", playground_password="pw")
+    assert launch_options(settings)["auth"] == ("ann", "pw")
+    assert launch_options(FACTORY(_env_file=None))["auth"] is None
+
+
+def test_launch_listens_where_configured_without_server_side_rendering() -> None:
+    options = launch_options(FACTORY(_env_file=None, playground_port=7999))
+    assert options["server_port"] == 7999 and options["server_name"] == "127.0.0.1"
+    assert options["ssr_mode"] is False and options["share"] is False
