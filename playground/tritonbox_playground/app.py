@@ -1,75 +1,24 @@
-"""The playground page: gr.Blocks layout and event wiring. Everything it knows about
-predictions it asks the api (ApiClient); it holds no model and no database."""
+"""The playground page's events: run, stop, open, list, snippets (the components are in
+layout.py). Everything it knows about predictions it asks the api (ApiClient); it holds no model
+and no database."""
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import gradio as gr
 
-from tritonbox_api import parameters as p
 from tritonbox_playground import display, snippets
 from tritonbox_playground.api_client import ApiClient, PlaygroundError, Prediction, Started
-from tritonbox_playground.form import (
-    CHAT_MODE,
-    FIELDS,
-    INTEGERS,
-    LABELS,
-    MAIN_NUMBERS,
-    MODES,
-    MORE_NUMBERS,
-    PROMPT_MODE,
-    WORD_LISTS,
-    from_prediction,
-    generation_input,
-    hint,
-)
+from tritonbox_playground.form import CHAT_MODE, FIELDS, from_prediction, generation_input
+from tritonbox_playground.layout import ALL_SOURCES, build_layout, earlier_note
 from tritonbox_playground.runs import ActiveRuns
 from tritonbox_playground.settings import PlaygroundSettings
 
 RECENT_LIMIT = 20
-ALL_SOURCES = "all"
-
-EXAMPLES = [
-    # mode, system prompt, prompt, max tokens, temperature, stop words, bad words
-    [PROMPT_MODE, "", "The capital of France is", 16, 0.0, ".", ""],
-    [CHAT_MODE, "Answer in one short sentence.", "What is the capital of France?", 24, 0.0, "", ""],
-    [CHAT_MODE, "You are a friendly poet.", "Write a haiku about the sea.", 48, 0.8, "", ""],
-    [PROMPT_MODE, "", "Three fruits that are red:", 24, 0.0, "\\n", "cherry"],
-]
-
-
-def _number_control(parameter: p.Parameter) -> gr.components.Component:
-    common: dict[str, Any] = {
-        "label": LABELS[parameter.name],
-        "info": hint(parameter),
-        "elem_id": parameter.name,
-    }
-    if parameter.name not in INTEGERS and parameter.ge is not None and parameter.le is not None:
-        return gr.Slider(
-            minimum=parameter.ge, maximum=parameter.le, value=parameter.default, step=0.01, **common
-        )
-    return gr.Number(
-        value=parameter.default,
-        minimum=parameter.ge,
-        maximum=parameter.le,
-        precision=0 if parameter.name in INTEGERS else None,
-        **common,
-    )
-
-
-def _earlier_note(earlier: Sequence[dict[str, str]]) -> Any:
-    if not earlier:
-        return gr.Markdown("", label="Earlier messages", visible=False)
-    return gr.Markdown(
-        f"This chat has {len(earlier)} earlier message(s) from the prediction you opened; "
-        "they are sent again before your message (**New chat** forgets them).",
-        label="Earlier messages",
-        visible=True,
-    )
 
 
 def _named(fn: Callable[..., Any], *leading: str) -> Callable[..., Any]:
@@ -99,142 +48,25 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
     key_required = settings.api_key is not None
 
     with gr.Blocks(title="TritonBox playground", analytics_enabled=False) as demo:
-        gr.Markdown(
-            "# TritonBox playground\n"
-            "Try a prompt, tune how the model answers, and share the result: every run is "
-            "saved with a permalink."
-        )
-        earlier = gr.State([])
-        # Any: gradio adds the event methods (.change, .submit) at run time.
-        controls: dict[str, Any] = {}
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=3):
-                controls["mode"] = gr.Radio(
-                    list(MODES),
-                    value=PROMPT_MODE,
-                    label="Mode",
-                    info="Prompt: the model continues your text. Chat: it answers your "
-                    "message as an assistant, following the system prompt.",
-                    elem_id="mode",
-                )
-                controls["system_prompt"] = gr.Textbox(
-                    "",
-                    label="System prompt",
-                    lines=2,
-                    visible=False,
-                    placeholder="How the assistant should behave, e.g. 'Answer in one sentence.'",
-                    elem_id="system_prompt",
-                )
-                controls["prompt"] = gr.Textbox(
-                    "",
-                    label="Prompt",
-                    lines=6,
-                    placeholder="Write the text the model should continue…",
-                    elem_id="prompt",
-                )
-                with gr.Row():
-                    earlier_note = _earlier_note([])
-                    new_chat = gr.Button("New chat", size="sm", visible=False)
-                with gr.Row():
-                    run_button = gr.Button("Run", variant="primary", elem_id="run")
-                    stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
-                answer = gr.Textbox(
-                    label="Answer", lines=8, interactive=False, buttons=["copy"], elem_id="answer"
-                )
-                result = gr.Markdown(label="Result", elem_id="result")
-                prediction_id = gr.Textbox(label="Prediction id", visible=False)
-            with gr.Column(scale=2):
-                for parameter in MAIN_NUMBERS:
-                    controls[parameter.name] = _number_control(parameter)
-                controls[p.SEED.name] = gr.Textbox(
-                    "",
-                    label=LABELS[p.SEED.name],
-                    info=hint(p.SEED),
-                    placeholder="random",
-                    elem_id=p.SEED.name,
-                )
-                for parameter in WORD_LISTS:
-                    controls[parameter.name] = gr.Textbox(
-                        "",
-                        label=LABELS[parameter.name],
-                        info=hint(parameter, " One per line; write \\n for a line break."),
-                        lines=3,
-                        elem_id=parameter.name,
-                    )
-                with gr.Accordion("More settings", open=False):
-                    for parameter in MORE_NUMBERS:
-                        controls[parameter.name] = _number_control(parameter)
-        form = [controls[name] for name in FIELDS]
+        page = build_layout(key_required=key_required)
+        controls, form = page.controls, page.form
+        earlier, new_chat, answer, result = page.earlier, page.new_chat, page.answer, page.result
+        prediction_id, recent, recent_source = page.prediction_id, page.recent, page.recent_source
+        snippet_boxes = [page.curl_code, page.python_code, page.openai_code]
 
-        gr.Examples(
-            examples=EXAMPLES,
-            inputs=[
-                controls["mode"],
-                controls["system_prompt"],
-                controls["prompt"],
-                controls[p.MAX_TOKENS.name],
-                controls[p.TEMPERATURE.name],
-                controls[p.STOP_WORDS.name],
-                controls[p.BAD_WORDS.name],
-            ],
-            label="Examples (click one, then Run)",
-        )
-
-        with gr.Accordion("Copy as curl / Python / openai", open=False):
-            gr.Markdown(
-                "The current settings as code that asks the api the same"
-                + (" (set `API_KEY` in your environment first)." if key_required else ".")
-            )
-            with gr.Tabs():
-                with gr.Tab("curl"):
-                    curl_code = gr.Code(
-                        language="shell", label="curl", buttons=["copy"], elem_id="curl"
-                    )
-                with gr.Tab("Python"):
-                    python_code = gr.Code(
-                        language="python",
-                        label="Python (httpx)",
-                        buttons=["copy"],
-                        elem_id="python",
-                    )
-                with gr.Tab("openai"):
-                    openai_code = gr.Code(
-                        language="python", label="openai SDK", buttons=["copy"], elem_id="openai"
-                    )
-
-        with gr.Accordion("Recent predictions", open=True):
-            with gr.Row():
-                recent_source = gr.Radio(
-                    [("Playground runs", "playground"), ("All", ALL_SOURCES)],
-                    value="playground",
-                    label="Show",
-                    scale=3,
-                )
-                refresh = gr.Button("Refresh", size="sm", scale=1)
-            recent = gr.Dataframe(
-                headers=display.RECENT_HEADERS,
-                datatype="str",
-                interactive=False,
-                wrap=True,
-                elem_id="recent",
-                label="Click a row to open it",
-            )
-            with gr.Row():
-                open_id = gr.Textbox(
-                    label="Open a prediction",
-                    placeholder="a prediction id or permalink",
-                    scale=4,
-                    elem_id="open_id",
-                )
-                open_button = gr.Button("Open", size="sm", scale=1)
-
-        # ---- events -------------------------------------------------------------------------
-
-        restore_outputs = [*form, earlier, earlier_note, new_chat, answer, result, prediction_id]
+        restore_outputs = [
+            *form,
+            earlier,
+            page.earlier_note,
+            new_chat,
+            answer,
+            result,
+            prediction_id,
+        ]
 
         def restored(prediction: Prediction) -> list[Any]:
             state = from_prediction(prediction)
-            note = _earlier_note(state.earlier)
+            note = earlier_note(state.earlier)
             return [
                 *(state.values[name] for name in FIELDS),
                 state.earlier,
@@ -346,10 +178,10 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             )
 
         def forget_earlier() -> tuple[list[dict[str, str]], Any, Any]:
-            return [], _earlier_note([]), gr.Button(visible=False)
+            return [], earlier_note([]), gr.Button(visible=False)
 
         # Only the button runs: Enter in the prompt box is a line break, as people expect there.
-        run_event = run_button.click(
+        run_event = page.run_button.click(
             _named(run, "request", "earlier_messages"),
             inputs=[earlier, *form],
             outputs=[answer, result, prediction_id],
@@ -358,13 +190,15 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
         )
         run_event.then(list_recent, inputs=recent_source, outputs=recent, api_visibility="private")
         # Stop must not wait behind running generations: no concurrency limit of its own.
-        stop_button.click(stop, api_name="stop", concurrency_limit=None, show_progress="hidden")
+        page.stop_button.click(
+            stop, api_name="stop", concurrency_limit=None, show_progress="hidden"
+        )
 
         gr.on(
             [control.change for control in form],
             _named(code),
             inputs=form,
-            outputs=[curl_code, python_code, openai_code],
+            outputs=snippet_boxes,
             api_name="snippets",
             trigger_mode="always_last",
             concurrency_limit=None,
@@ -379,10 +213,10 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             show_progress="hidden",
         )
         new_chat.click(
-            forget_earlier, outputs=[earlier, earlier_note, new_chat], api_visibility="private"
+            forget_earlier, outputs=[earlier, page.earlier_note, new_chat], api_visibility="private"
         )
         gr.on(
-            [refresh.click, recent_source.change],
+            [page.refresh.click, recent_source.change],
             list_recent,
             inputs=recent_source,
             outputs=recent,
@@ -391,9 +225,9 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
         )
         recent.select(open_row, outputs=restore_outputs, api_visibility="private")
         gr.on(
-            [open_button.click, open_id.submit],
+            [page.open_button.click, page.open_id.submit],
             open_prediction,
-            inputs=open_id,
+            inputs=page.open_id,
             outputs=restore_outputs,
             api_name="open_prediction",
             concurrency_limit=None,
@@ -402,7 +236,7 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
         demo.load(
             _named(code),
             inputs=form,
-            outputs=[curl_code, python_code, openai_code],
+            outputs=snippet_boxes,
             api_visibility="private",
         )
         demo.load(list_recent, inputs=recent_source, outputs=recent, api_visibility="private")

@@ -76,7 +76,9 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., RunningPlayground]]:
         running.stop()
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API runs an event loop in this thread while it is open, and
+# asyncio.run() in any later test would fail; the browser tests live in one module.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/install installs Debian's chromium")
