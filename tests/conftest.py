@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonbox_testing.ports import free_ports
 
 from tritonbox_triton.prepare_model import prepare_default_model
 from tritonbox_triton.render import render_repository
@@ -29,15 +29,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         uses_server = bool(fixtures & {"triton_server", "triton_launcher"})
         if uses_server or SERVER_TESTS in item.path.parents:
             item.add_marker(pytest.mark.server)
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports (all held open while choosing, so none repeats)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 @dataclass

@@ -11,7 +11,8 @@ from typing import Any
 
 import gradio as gr
 
-from tritonbox_playground import display, snippets
+from tritonbox_api import snippets
+from tritonbox_playground import display
 from tritonbox_playground.api_client import ApiClient, PlaygroundError, Prediction, Started
 from tritonbox_playground.form import CHAT_MODE, FIELDS, from_prediction, generation_input
 from tritonbox_playground.layout import ALL_SOURCES, build_layout, earlier_note

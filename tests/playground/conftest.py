@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
-from tritonbox_testing.api_process import RunningApi, free_port, launch_api
+from tritonbox_testing.api_process import RunningApi, launch_api
 from tritonbox_testing.playground_process import RunningPlayground, launch_playground
+from tritonbox_testing.ports import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tritonbox_testing.api_process import free_port
+from tritonbox_testing.ports import free_port
 
 from tritonbox_playground.api_client import ApiClient, PlaygroundError, Prediction, Started
 

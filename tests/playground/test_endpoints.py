@@ -14,8 +14,9 @@ from typing import Any
 import httpx
 import pytest
 from gradio_client import Client
-from tritonbox_testing.api_process import RunningApi, free_port, launch_api
+from tritonbox_testing.api_process import RunningApi, launch_api
 from tritonbox_testing.playground_process import RunningPlayground
+from tritonbox_testing.ports import free_port
 
 from tritonbox_playground.form import FIELDS
 

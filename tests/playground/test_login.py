@@ -7,8 +7,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 from gradio_client import Client
-from tritonbox_testing.api_process import free_port
 from tritonbox_testing.playground_process import RunningPlayground
+from tritonbox_testing.ports import free_port
 
 
 def test_the_playground_asks_for_its_login(launch: Callable[..., RunningPlayground]) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from tritonbox_testing.engines import write_engine
-from tritonbox_testing.entrypoint import free_ports, install_fakes, serve_environment, serving
+from tritonbox_testing.entrypoint import install_fakes, serve_environment, serving
+from tritonbox_testing.ports import free_ports
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ process lifecycle driven by a stand-in `tritonserver` (a small Python HTTP serve
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonbox_testing.ports import free_ports
 
 from tritonbox_triton.server import READY_MODELS, TritonServer, TritonServerError
 from tritonbox_triton.server_setup import (
@@ -54,14 +54,6 @@ FAKE_TRITONSERVER = textwrap.dedent(
     server.serve_forever()
     """
 )
-
-
-def free_ports(count: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 def settings_for(tmp_path: Path, **values: Any) -> TritonSettings:

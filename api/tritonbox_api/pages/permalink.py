@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from tritonbox_api import snippets
 from tritonbox_api.db.crud import as_utc
 from tritonbox_api.db.models import Prediction
 from tritonbox_api.protocol.generation import GenerationInput
@@ -67,44 +68,6 @@ def _request_input(prediction: Prediction) -> dict[str, Any]:
     }
 
 
-def _python_literal(value: Any, indent: int = 0) -> str:
-    # JSON's own literals are not Python's (null, true): containers and constants by hand,
-    # strings and numbers as JSON (their JSON spelling is valid Python).
-    pad, inner = " " * indent, " " * (indent + 4)
-    if isinstance(value, dict) and value:
-        items = [
-            f"{inner}{json.dumps(str(k))}: {_python_literal(v, indent + 4)},"
-            for k, v in value.items()
-        ]
-        return "{\n" + "\n".join(items) + f"\n{pad}}}"
-    if isinstance(value, list) and value:
-        items = [f"{inner}{_python_literal(v, indent + 4)}," for v in value]
-        return "[\n" + "\n".join(items) + f"\n{pad}]"
-    if value is None or isinstance(value, bool):
-        return repr(value)
-    return json.dumps(value, ensure_ascii=False)
-
-
-def curl_snippet(body: dict[str, Any], url: str, *, api_key_required: bool = False) -> str:
-    data = json.dumps(body, indent=2, ensure_ascii=False).replace("'", "'\\''")
-    auth = '  -H "Authorization: Bearer $API_KEY" \\\n' if api_key_required else ""
-    return f"curl {url} \\\n  -H 'Content-Type: application/json' \\\n{auth}  -d '{data}'"
-
-
-def python_snippet(body: dict[str, Any], url: str, *, api_key_required: bool = False) -> str:
-    imports = "import os\n\nimport httpx" if api_key_required else "import httpx"
-    auth = (
-        '    headers={"Authorization": f"Bearer {os.environ[\'API_KEY\']}"},\n'
-        if api_key_required
-        else ""
-    )
-    return (
-        f"{imports}\n\nresponse = httpx.post(\n    {json.dumps(url)},\n"
-        f"    json={_python_literal(body, 4)},\n{auth}    timeout=300,\n)\n"
-        'response.raise_for_status()\nprint(response.json()["output"])\n'
-    )
-
-
 def _seconds(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
 
@@ -133,8 +96,7 @@ def render_permalink(
 ) -> str:
     """The page; `api_key_required` adds the Authorization header to the request snippets."""
     public_url, playground_url = public_url.rstrip("/"), playground_url.rstrip("/")
-    body = {"input": _request_input(prediction)}
-    url = f"{public_url}/v1/predictions"
+    request_input = _request_input(prediction)
     given = prediction.input or {}
     applied = prediction.applied or {}
     prompt = given.get("prompt", applied.get("prompt"))
@@ -167,8 +129,10 @@ def render_permalink(
             metrics=metrics,
             playground_link=f"{playground_url}/?p={quote(prediction.id, safe='')}",
             api_link=f"{public_url}/v1/predictions/{quote(prediction.id, safe='')}",
-            curl=curl_snippet(body, url, api_key_required=api_key_required),
-            python=python_snippet(body, url, api_key_required=api_key_required),
+            curl=snippets.curl(request_input, public_url, api_key_required=api_key_required),
+            python=snippets.python(
+                request_input, public_url, api_key_required=api_key_required, stream=False
+            ),
         )
     )
 

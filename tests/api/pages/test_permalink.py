@@ -116,7 +116,7 @@ def test_chat_messages() -> None:
     assert '<div class="role">system</div>' in html and "<pre>Be brief.</pre>" in html
     assert "&lt;|user|&gt;Hi" in html  # the chat template's result, escaped
     body = json.loads(shlex.split(_pre(html, "curl").replace("\\\n", " "))[-1])
-    assert body == {"input": {"messages": messages, "seed": 1}}
+    assert body == {"input": {"messages": messages, "seed": 1}, "stream": False}
 
 
 @pytest.mark.parametrize("field", ["prompt", "output", "error", "model", "messages", "settings"])
@@ -153,7 +153,8 @@ def test_curl_snippet_recreates_the_request() -> None:
     command = shlex.split(_pre(html, "curl").replace("\\\n", " "))
     assert command[:2] == ["curl", f"{PUBLIC}/v1/predictions"]
     assert "Authorization: Bearer $API_KEY" not in command
-    assert json.loads(command[-1]) == {"input": {"prompt": prompt, "seed": 9, "top_k": 0}}
+    expected = {"prompt": prompt, "seed": 9, "top_k": 0}
+    assert json.loads(command[-1]) == {"input": expected, "stream": False}
     with_key = shlex.split(_pre(_render(_prediction(), api_key_required=True), "curl"))
     assert "Authorization: Bearer $API_KEY" in with_key
 
@@ -169,7 +170,7 @@ def test_python_snippet_recreates_the_request() -> None:
     keywords = {keyword.arg: keyword.value for keyword in call.keywords}
     assert ast.literal_eval(call.args[0]) == f"{PUBLIC}/v1/predictions"
     expected = {"prompt": prompt, "seed": 9, "stop_words_list": ["\n\n", 'a"b']}
-    assert ast.literal_eval(keywords["json"]) == {"input": expected}
+    assert ast.literal_eval(keywords["json"]) == {"input": expected, "stream": False}
     keyed = _pre(_render(_prediction(), api_key_required=True), "python")
     ast.parse(keyed)
     assert "os.environ['API_KEY']" in keyed

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,16 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from tritonbox_testing.ports import free_port
 
 from tritonbox_api.settings import ApiSettings
 
 API_EXECUTABLE = Path(sys.executable).parent / "tritonbox-api"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,15 +46,6 @@ children = [subprocess.Popen(rank) for rank in ranks]
 signal.signal(signal.SIGTERM, lambda *_: [c.terminate() for c in children])
 sys.exit(max(c.wait() for c in children))
 """
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports (all held open while choosing, so none repeats)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 def install_fakes(bin_dir: Path, gpus: int) -> Path:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tritonbox_testing.entrypoint import free_ports, serve_environment, serving
+from tritonbox_testing.entrypoint import serve_environment, serving
+from tritonbox_testing.ports import free_ports
 
 from tritonbox_triton.client import GenerationRequest, TritonLLMClient
 

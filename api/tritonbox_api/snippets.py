@@ -1,7 +1,8 @@
-""" "Copy as curl / Python / openai": the current settings as code that asks the api the same.
+"""Code that asks the api for a prediction: "copy as curl / Python / openai" on the permalink
+page and in the playground, from one `input` (GenerationInput's fields).
 
-Each snippet reads the key from the environment ($API_KEY) when the api needs one: the playground
-never shows the real key.
+Each snippet reads the key from the environment ($API_KEY) when the api needs one: no page ever
+shows the real key.
 """
 
 from __future__ import annotations
@@ -60,20 +61,30 @@ def curl(generation_input: dict[str, Any], api_url: str, *, api_key_required: bo
     )
 
 
-def python(generation_input: dict[str, Any], api_url: str, *, api_key_required: bool) -> str:
-    body = {"input": generation_input, "stream": True}
+def python(
+    generation_input: dict[str, Any], api_url: str, *, api_key_required: bool, stream: bool = True
+) -> str:
+    """httpx code: streamed (server-sent events, printed as they come) or one JSON answer."""
+    body = {"input": generation_input, "stream": stream}
     imports = "import os\n\nimport httpx" if api_key_required else "import httpx"
     auth = (
         '    headers={"Authorization": f"Bearer {os.environ[\'API_KEY\']}"},\n'
         if api_key_required
         else ""
     )
+    url = json.dumps(api_url + "/v1/predictions")
+    if not stream:
+        return (
+            f"{imports}\n\nresponse = httpx.post(\n    {url},\n"
+            f"    json={python_literal(body, 4)},\n{auth}    timeout=300,\n)\n"
+            'response.raise_for_status()\nprint(response.json()["output"])\n'
+        )
     return (
         f"{imports}\n\n"
         "# Server-sent events: `output` pieces of the answer, then `done` (the prediction).\n"
         "with httpx.stream(\n"
         '    "POST",\n'
-        f"    {json.dumps(api_url + '/v1/predictions')},\n"
+        f"    {url},\n"
         f"    json={python_literal(body, 4)},\n"
         f"{auth}"
         "    timeout=300,\n"
