@@ -39,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         host=settings.api_host,
         port=settings.api_port,
         log_level="info",
+        # uvloop and httptools (requirements/api.txt) when installed, else asyncio and h11: the
+        # same behaviour, at a lower CPU cost per streamed token.
+        loop="auto",
+        http="auto",
         # Streams must end promptly on Ctrl-C; running predictions are saved as canceled.
         timeout_graceful_shutdown=5,
     )

@@ -51,6 +51,9 @@ def _error_body(prediction: Prediction) -> str:
     return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})
 
 
+_SLOT = "\u0000text\u0000"  # stands for a delta's text in its encoded template
+
+
 class _Shape:
     """How one route spells its objects: `text_completion` or `chat.completion`."""
 
@@ -59,6 +62,9 @@ class _Shape:
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{started.id}"
         self.model = started.model
         self.created = int(time.time())
+        # A delta chunk is the same JSON around its text every time: encoded once, then only
+        # the text is encoded per chunk (a dict and a whole json.dumps per token add up).
+        self._deltas = {first: self._template(first) for first in (True, False)}
 
     def envelope(self, choice: dict[str, Any], chunk: bool) -> dict[str, Any]:
         kind = "chat.completion" if self.chat else "text_completion"
@@ -76,6 +82,17 @@ class _Shape:
             return self.envelope({"index": 0, "text": text, "finish_reason": None}, True)
         delta = {"role": "assistant", "content": text} if first else {"content": text}
         return self.envelope({"index": 0, "delta": delta, "finish_reason": None}, True)
+
+    def delta_json(self, text: str, *, first: bool) -> str:
+        """`json.dumps(self.delta(text, first=first), ensure_ascii=False)`, cheaper."""
+        before, after = self._deltas[first]
+        return before + json.dumps(text, ensure_ascii=False) + after
+
+    def _template(self, first: bool) -> tuple[str, str]:
+        encoded = json.dumps(self.delta(_SLOT, first=first), ensure_ascii=False)
+        # The text is the last string of the chunk: nothing after it can hold the slot's marker.
+        before, _, after = encoded.rpartition(json.dumps(_SLOT))
+        return before, after
 
     def last(self, prediction: Prediction) -> dict[str, Any]:
         reason = _finish_reason(prediction)
@@ -103,7 +120,7 @@ async def _sse(shape: _Shape, started: Started, include_usage: bool) -> AsyncIte
     first = True
     async for event in started.events():
         if not isinstance(event, Ended):
-            yield json.dumps(shape.delta(event, first=first), ensure_ascii=False)
+            yield shape.delta_json(event, first=first)
             first = False
             continue
         prediction = event.prediction

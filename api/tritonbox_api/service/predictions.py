@@ -52,16 +52,39 @@ class RunningPrediction:
     task: asyncio.Task[None] | None = None
 
     async def events(self) -> AsyncGenerator[Event, None]:
-        """Text pieces, then `Ended`. Leaving early cancels the prediction."""
+        """Text pieces, then `Ended`. Leaving early cancels the prediction.
+
+        Pieces that queued up while the consumer was busy (a loaded event loop, a slow client)
+        come as one: a consumer that falls behind then pays for one chunk and one write instead
+        of one per token, and catches up. The text is the same, only cut in fewer pieces.
+        """
         try:
             while True:
                 event = await self.queue.get()
+                end: Ended | None = None
+                if isinstance(event, str):
+                    event, end = self._coalesce(event)
                 yield event
-                if isinstance(event, Ended):
+                if end is not None:
+                    yield end
+                if isinstance(event, Ended) or end is not None:
                     return
         finally:
             if self.task is not None and not self.task.done():
                 self.task.cancel()
+
+    def _coalesce(self, text: str) -> tuple[str, Ended | None]:
+        """`text` joined with the pieces already queued behind it, and the end if it is there
+        too (kept apart: the end is never merged into text)."""
+        if self.queue.empty():  # the common case when keeping up: nothing to join
+            return text, None
+        pieces = [text]
+        while not self.queue.empty():
+            event = self.queue.get_nowait()
+            if isinstance(event, Ended):
+                return "".join(pieces), event
+            pieces.append(event)
+        return "".join(pieces), None
 
     async def result(self) -> Prediction:
         async for event in self.events():

@@ -20,6 +20,13 @@ from tritonbox_triton.errors import RequestError
 from tritonbox_triton.tokenization import encode_prompt
 from tritonbox_triton.word_lists import encode_word_list
 
+# Prompts up to this many characters are tokenised on the event loop. Tokenising costs about
+# 25 µs plus 0.45 µs a character (SmolLM2's fast tokenizer), so 2 000 characters hold the loop
+# for about 1 ms, while handing the work to a thread and back costs 3.5-6 ms under a burst of
+# requests (the hop waits for the loop, which is busy relaying other streams): a thread only pays
+# for prompts long enough to stall every other stream noticeably.
+INLINE_TOKENIZE_MAX_CHARS = 2_000
+
 
 @dataclass(frozen=True)
 class PreparedGeneration:
@@ -61,6 +68,14 @@ def _count_prompt(context: EngineContext, prompt: str) -> int:
     return len(ids)
 
 
+async def count_prompt_tokens(context: EngineContext, prompt: str) -> int:
+    """The prompt's token count; 422 when it is longer than the engine accepts."""
+    if len(prompt) <= INLINE_TOKENIZE_MAX_CHARS:
+        return _count_prompt(context, prompt)
+    # Tokenising a long prompt takes milliseconds: keep it off the event loop.
+    return await asyncio.to_thread(_count_prompt, context, prompt)
+
+
 async def prepare(
     params: GenerationInput, context: EngineContext, *, max_beam_width: int, stream: bool
 ) -> PreparedGeneration:
@@ -95,8 +110,7 @@ async def prepare(
         raise invalid("prompt", "is empty (only whitespace)")
     stop_words = list(params.stop_words_list or [])
     bad_words = list(params.bad_words_list or [])
-    # Tokenising a long prompt takes milliseconds: keep it off the event loop.
-    prompt_tokens = await asyncio.to_thread(_count_prompt, context, prompt)
+    prompt_tokens = await count_prompt_tokens(context, prompt)
     _check_words(context.tokenizer, "stop_words_list", stop_words)
     _check_words(context.tokenizer, "bad_words_list", bad_words)
 

@@ -11,7 +11,12 @@ import pytest
 from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.engine_context import EngineContext
-from tritonbox_api.service.prepare import PreparedGeneration, prepare
+from tritonbox_api.service.prepare import (
+    INLINE_TOKENIZE_MAX_CHARS,
+    PreparedGeneration,
+    count_prompt_tokens,
+    prepare,
+)
 from tritonbox_api.triton_gateway import EngineInfo
 from tritonbox_triton.prepare_model import prepare_default_model
 from tritonbox_triton.tokenization import load_tokenizer
@@ -77,3 +82,31 @@ def test_engine_limits_are_named(context: EngineContext) -> None:
                 GenerationInput(prompt="a", beam_width=2), context, max_beam_width=4, stream=True
             )
         )
+
+
+def test_short_prompts_are_counted_inline_long_ones_in_a_thread(
+    context: EngineContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wide = EngineContext(
+        info=EngineInfo(tokenizer_dir=context.info.tokenizer_dir, max_input_len=4096,
+                        max_output_len=32),
+        tokenizer=context.tokenizer, model_name="m",
+    )  # fmt: skip
+    hops: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def to_thread(fn: Any, *args: Any) -> Any:
+        hops.append(args[1])
+        return await real_to_thread(fn, *args)
+
+    monkeypatch.setattr("tritonbox_api.service.prepare.asyncio.to_thread", to_thread)
+    short = "a fox " * (INLINE_TOKENIZE_MAX_CHARS // 6)
+    long = short + "and a dog " * 10
+    assert len(short) <= INLINE_TOKENIZE_MAX_CHARS < len(long)
+    for prompt in (short, long):
+        counted = asyncio.run(count_prompt_tokens(wide, prompt))
+        assert counted == len(context.tokenizer.encode(prompt))
+    assert hops == [long]
+    # Too long is refused the same way on either side of the threshold.
+    assert "MAX_INPUT_LEN" in refused(context, prompt="word " * 80)
+    assert "MAX_INPUT_LEN" in refused(context, prompt="word " * 1000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -199,3 +200,18 @@ def test_each_step_decodes_a_short_window(tokenizer: Any) -> None:
     assert len(ids) > 500
     # The longest run of byte tokens making one character (byte fallback: 👨‍👩‍👧 is 18).
     assert counting.longest <= 20
+
+
+def test_the_rust_decode_is_used_only_where_it_equals_the_public_one(tokenizer: Any) -> None:
+    # The tests above compare with tokenizer.decode, so they check the direct path's text.
+    assert IncrementalDecoder(tokenizer)._direct is not None
+
+    class Custom(type(tokenizer)):  # type: ignore[misc]
+        def decode(self, *args: Any, **kwargs: Any) -> str:
+            return "custom"
+
+    custom = copy.copy(tokenizer)
+    custom.__class__ = Custom
+    decoder = IncrementalDecoder(custom)
+    assert decoder._direct is None
+    assert decoder._decode(encode(tokenizer, "Hello")) == "custom"
