@@ -15,6 +15,23 @@ from tritonbox_api.main import create_app
 from tritonbox_api.settings import ApiSettings
 from tritonbox_triton.env_file import EnvFileError, check_env_file, known_env_keys
 
+# Probed every few seconds by compose healthchecks, scripts/up and Prometheus: their access lines
+# would bury the requests people make.
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class ProbeAccessFilter(logging.Filter):
+    """Drops uvicorn's access-log lines for health, readiness and metrics probes, failing ones
+    too: a launcher polls /readyz every second or two while Triton loads, and /readyz's body
+    (not its access line) says what is not ready."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # uvicorn.access records: (client, method, path with query, http version, status).
+        if not isinstance(args, tuple) or len(args) != 5:
+            return True
+        return str(args[2]).split("?", 1)[0] not in PROBE_PATHS
+
 
 def load_settings(env_file: Path) -> ApiSettings:
     check_env_file(env_file, known_env_keys())
@@ -34,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except (EnvFileError, ValidationError) as error:
         print(f"tritonbox-api {args.command}: {error}", file=sys.stderr)
         return 1
+    logging.getLogger("uvicorn.access").addFilter(ProbeAccessFilter())
     uvicorn.run(
         create_app(settings),
         host=settings.api_host,

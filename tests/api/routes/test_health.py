@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
+from tritonbox_testing.api_process import RunningApi
 
 
 def test_health_and_readiness(api: httpx.Client) -> None:
@@ -30,3 +33,18 @@ def test_metrics_count_predictions(api: httpx.Client) -> None:
         before, "tritonbox_generation_tokens_total"
     )
     assert "tritonbox_requests_in_flight 0.0" in after
+
+
+def test_probes_stay_out_of_the_access_log(api: httpx.Client, api_server: RunningApi) -> None:
+    marker = "/v1/predictions/probe-log-marker"
+    for path in ("/healthz", "/readyz", "/metrics?x=1"):
+        api.get(path)
+    api.get(marker)  # 404: an ordinary request, logged
+    deadline = time.monotonic() + 10
+    while marker not in api_server.log_path.read_text():
+        assert time.monotonic() < deadline, "the access log never showed the marker request"
+        time.sleep(0.1)
+    access = [line for line in api_server.log_path.read_text().splitlines() if '" ' in line]
+    assert not [
+        line for line in access if any(p in line for p in ("/healthz", "/readyz", "/metrics"))
+    ]
