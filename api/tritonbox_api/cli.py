@@ -6,14 +6,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 from pydantic import ValidationError
 
 from tritonbox_api.main import create_app
 from tritonbox_api.settings import ApiSettings
-from tritonbox_triton.env_file import EnvFileError, check_env_file, known_env_keys
+from tritonbox_triton.env_file import EnvFileError, load_service_settings
 
 # Probed every few seconds by compose healthchecks, scripts/up and Prometheus: their access lines
 # would bury the requests people make.
@@ -34,10 +33,7 @@ class ProbeAccessFilter(logging.Filter):
 
 
 def load_settings(env_file: Path) -> ApiSettings:
-    check_env_file(env_file, known_env_keys())
-    factory: Any = ApiSettings  # `_env_file` is pydantic-settings' init-only option
-    settings: ApiSettings = factory(_env_file=env_file)
-    return settings
+    return load_service_settings(ApiSettings, env_file)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,14 +11,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from tritonbox_playground.settings import PlaygroundSettings
-from tritonbox_triton.env_file import EnvFileError, check_env_file, known_env_keys
+from tritonbox_triton.env_file import EnvFileError, load_service_settings
 
 
 def load_settings(env_file: Path) -> PlaygroundSettings:
-    check_env_file(env_file, known_env_keys())
-    factory: Any = PlaygroundSettings  # `_env_file` is pydantic-settings' init-only option
-    settings: PlaygroundSettings = factory(_env_file=env_file)
-    return settings
+    return load_service_settings(PlaygroundSettings, env_file)
 
 
 def launch_options(settings: PlaygroundSettings) -> dict[str, Any]:

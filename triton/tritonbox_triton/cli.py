@@ -16,7 +16,7 @@ from types import FrameType
 from pydantic import ValidationError
 
 from .engine_check import EngineCheckError, check_gpus, visible_gpus
-from .env_file import EnvFileError, check_env_file, known_env_keys
+from .env_file import EnvFileError, load_service_settings
 from .fetch import FetchError, fetch, parse_source
 from .prepare_model import ModelPreparationError, prepare_default_model
 from .render import RenderError, render_repository
@@ -27,10 +27,7 @@ log = logging.getLogger("tritonbox_triton")
 
 
 def load_settings(env_file: Path) -> TritonSettings:
-    """Settings from the environment and `env_file`, refusing keys that no service knows."""
-    check_env_file(env_file, known_env_keys())
-    factory: type[TritonSettings] = TritonSettings
-    return factory(_env_file=env_file)  # type: ignore[call-arg]
+    return load_service_settings(TritonSettings, env_file)
 
 
 def resolve_sources(settings: TritonSettings) -> TritonSettings:

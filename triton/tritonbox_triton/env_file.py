@@ -11,6 +11,7 @@ import difflib
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any, TypeVar
 
 from dotenv.parser import parse_stream
 from pydantic_settings import BaseSettings
@@ -70,3 +71,15 @@ def check_env_file(path: Path, known_keys: Iterable[str]) -> None:
             f"{path} has {len(problems)} problem(s) (no service reads an unknown key, so a "
             "mistyped setting would silently keep its default):\n" + "\n".join(problems)
         )
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+
+def load_service_settings(cls: type[SettingsT], env_file: Path) -> SettingsT:
+    """A service's settings from the environment and `env_file`, after refusing keys that no
+    service knows (EnvFileError); pydantic's ValidationError names a bad or missing value."""
+    check_env_file(env_file, known_env_keys())
+    factory: Any = cls  # `_env_file` is pydantic-settings' init-only option
+    settings: SettingsT = factory(_env_file=env_file)
+    return settings
