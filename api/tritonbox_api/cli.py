@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
-from pathlib import Path
 
 import uvicorn
-from pydantic import ValidationError
 
 from tritonbox_api.main import create_app
 from tritonbox_api.settings import ApiSettings
-from tritonbox_triton.env_file import EnvFileError, load_service_settings
+from tritonbox_triton.service_cli import serve_settings
 
 # Probed every few seconds by compose healthchecks, scripts/up and Prometheus: their access lines
 # would bury the requests people make.
@@ -32,20 +28,9 @@ class ProbeAccessFilter(logging.Filter):
         return str(args[2]).split("?", 1)[0] not in PROBE_PATHS
 
 
-def load_settings(env_file: Path) -> ApiSettings:
-    return load_service_settings(ApiSettings, env_file)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tritonbox-api", description=__doc__)
-    parser.add_argument("command", choices=["serve"])
-    parser.add_argument("--env-file", type=Path, default=Path(".env"))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        settings = load_settings(args.env_file)
-    except (EnvFileError, ValidationError) as error:
-        print(f"tritonbox-api {args.command}: {error}", file=sys.stderr)
+    settings = serve_settings("tritonbox-api", __doc__, ApiSettings, argv)
+    if settings is None:
         return 1
     logging.getLogger("uvicorn.access").addFilter(ProbeAccessFilter())
     uvicorn.run(

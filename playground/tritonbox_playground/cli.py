@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-import logging
-import sys
-from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from tritonbox_playground.settings import PlaygroundSettings
-from tritonbox_triton.env_file import EnvFileError, load_service_settings
-
-
-def load_settings(env_file: Path) -> PlaygroundSettings:
-    return load_service_settings(PlaygroundSettings, env_file)
+from tritonbox_triton.service_cli import serve_settings
 
 
 def launch_options(settings: PlaygroundSettings) -> dict[str, Any]:
@@ -39,15 +29,8 @@ def launch_options(settings: PlaygroundSettings) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tritonbox-playground", description=__doc__)
-    parser.add_argument("command", choices=["serve"])
-    parser.add_argument("--env-file", type=Path, default=Path(".env"))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        settings = load_settings(args.env_file)
-    except (EnvFileError, ValidationError) as error:
-        print(f"tritonbox-playground {args.command}: {error}", file=sys.stderr)
+    settings = serve_settings("tritonbox-playground", __doc__, PlaygroundSettings, argv)
+    if settings is None:
         return 1
     # Imported late: gradio takes seconds to import, and a bad .env should fail at once.
     from tritonbox_playground.app import create_app

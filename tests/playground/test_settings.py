@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from tritonbox_api.settings import ApiSettings
-from tritonbox_playground.cli import launch_options, load_settings, main
+from tritonbox_playground.cli import launch_options, main
 from tritonbox_playground.settings import PlaygroundSettings
-from tritonbox_triton.env_file import EnvFileError
+from tritonbox_triton.env_file import EnvFileError, load_service_settings
 
 FACTORY: Any = PlaygroundSettings
 
@@ -25,7 +25,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_one_env_line_feeds_the_api_and_the_playground(tmp_path: Path) -> None:
     env = tmp_path / ".env"
     env.write_text("API_KEY=s3cret\nPUBLIC_URL=https://llm.example\nPLAYGROUND_CONCURRENCY=8\n")
-    settings = load_settings(env)
+    settings = load_service_settings(PlaygroundSettings, env)
     api: ApiSettings = ApiSettings(_env_file=env)  # type: ignore[call-arg]
     assert settings.api_key is not None and api.api_key is not None
     assert settings.api_key.get_secret_value() == api.api_key.get_secret_value() == "s3cret"
@@ -43,7 +43,7 @@ def test_an_unknown_env_key_is_refused(tmp_path: Path) -> None:
     env = tmp_path / ".env"
     env.write_text("PLAYGROUND_CONCURENCY=8\n")
     with pytest.raises(EnvFileError, match="did you mean PLAYGROUND_CONCURRENCY"):
-        load_settings(env)
+        load_service_settings(PlaygroundSettings, env)
     assert main(["serve", "--env-file", str(env)]) == 1
 
 
