@@ -18,34 +18,6 @@ GRPC, TRITON_HTTP, API_ON, API_OFF = PATHS = (
 )  # fmt: skip
 OURS = ("triton", "api", "client")
 TARGET_THROUGHPUT, TARGET_TTFT_MS, TARGET_LOGGING = 0.95, 5.0, 0.05
-# Runs of the code before the changes below, by concurrency: api/gRPC throughput, added TTFT p50
-# ms, logging's throughput cost, api CPU ms per 1k tokens (all with logging on). The first run was
-# on another machine; the re-run is the same old code on this script's machine (Intel Xeon, 2
-# cores), uvloop and httptools hidden so uvicorn fell back to asyncio and h11 as before.
-BEFORE: dict[str, dict[int, tuple[float, float, float, float]]] = {
-    "first run (AMD EPYC)": {
-        1: (0.996, 6.8, 0.002, 996), 16: (0.973, 40.0, 0.006, 355), 64: (0.716, 293.5, 0.054, 203),
-    },
-    "old code re-run (Xeon)": {
-        1: (0.994, 5.8, 0.000, 1009), 16: (0.949, 76.1, 0.026, 515), 64: (0.725, 538.1, 0.162, 300),
-    },
-}  # fmt: skip
-CHANGES = (
-    "uvloop and httptools (requirements/api.txt; uvicorn's `auto` loop and http pick them up)",
-    "the routes' two dependencies (the services, the API-key check) are `async def`: as plain "
-    "`def` FastAPI ran each in its thread pool, two thread hops per request",
-    "short prompts (≤ 2 000 characters) are tokenised on the event loop, not in a thread: the "
-    "hop cost 3.5–6 ms under a burst, tokenising one costs ~25 µs + 0.45 µs a character",
-    "text pieces already queued for a stream go out as one SSE chunk (one write), never across "
-    "the end; the text is the same, only cut in fewer pieces. Here it never triggers (this "
-    "client keeps up and the api's loop lags less than the 20 ms between a stream's tokens: "
-    "128 chunks for 128 tokens at concurrency 16 and 64); it spares a slow client's stream",
-    "per token: the OpenAI delta chunk's JSON is encoded once and only its text per chunk, and "
-    "the incremental decoder calls the Rust tokenizer's decode directly (transformers' wrapper "
-    "cost ~4 µs of each of its 2 calls a token)",
-    "logging: completing a prediction's row skips the ORM's in-session synchronisation (the "
-    "row is read back anyway), a fifth of that write's CPU",
-)
 
 
 @dataclass
@@ -217,7 +189,11 @@ def report(
             "",
         ]
     out += _targets(s, concurrencies)
-    out += _changes(s, concurrencies)
+    out += [
+        "History: [benchmark-api-changes.md](benchmark-api-changes.md) records what made the "
+        "proxy cheaper and the runs before and after it.",
+        "",
+    ]
     out += _two_cores(s, max(concurrencies), args.interval)
     return "\n".join(out) + "\n"
 
@@ -258,38 +234,6 @@ def _two_cores(s: dict[tuple[int, str], Summary], c: int, interval: float) -> li
         f"full, the same path's batches at concurrency {c} differ by up to {spread:.0%} of its "
         "median in this run: its ratios and TTFTs move by that much from run to run (the "
         "logging on/off comparison included), unlike those at lower concurrency.",
-        "",
-    ]
-
-
-def _changes(s: dict[tuple[int, str], Summary], concurrencies: list[int]) -> list[str]:
-    def now(c: int) -> tuple[float, float, float, float]:
-        on, off, grpc = s[(c, API_ON)], s[(c, API_OFF)], s[(c, GRPC)]
-        added = on.ttft_p50_ms - grpc.ttft_p50_ms
-        return on.tok_s / grpc.tok_s, added, 1 - on.tok_s / off.tok_s, on.cpu_ms_per_1k["api"]
-
-    def cells(values: tuple[float, float, float, float]) -> str:
-        ratio, added, logging, cpu = values
-        return f"{ratio:.3f} | {added:+.1f} | {logging:+.1%} | {cpu:.0f}"
-
-    rows = [
-        f"| {c} | {name} | {cells(runs[c])} |"
-        for c in concurrencies
-        for name, runs in (*BEFORE.items(), ("this run", {c: now(c)}))
-        if c in runs
-    ]
-    return [
-        "## What changed since the first run",
-        "",
-        *(f"- {change}." for change in CHANGES),
-        "",
-        "Before → after (api with logging on; the ratios are the comparable part across "
-        "machines and runs, CPU per token only on the same machine):",
-        "",
-        "| concurrency | run | × gRPC throughput | Δ TTFT p50 ms | logging's cost "
-        "| api CPU ms / 1k tok |",
-        "|---:|---|---:|---:|---:|---:|",
-        *rows,
         "",
     ]
 
