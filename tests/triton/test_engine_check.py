@@ -94,32 +94,14 @@ def test_versions_0_8_and_0_9_give_max_output_len(trtllm: TritonSettings, tmp_pa
         check_engine(settings_for(trtllm, max_input_len=3000), engine)
 
 
-def test_legacy_layout(trtllm: TritonSettings, tmp_path: Path) -> None:
-    # TensorRT-LLM <= 0.7: builder_config + plugin_config, engine files named per precision.
+def test_legacy_layout_is_refused_by_version(trtllm: TritonSettings, tmp_path: Path) -> None:
+    # TensorRT-LLM <= 0.7: builder_config + plugin_config and no version.
     engine = tmp_path / "legacy"
     engine.mkdir()
-    builder = {
-        "name": "llama",
-        "precision": "float16",
-        "tensor_parallel": 2,
-        "max_batch_size": 8,
-        "max_input_len": 1024,
-        "max_output_len": 512,
-    }
-    plugins = {"gpt_attention_plugin": "float16", "paged_kv_cache": True}
-    plugins["remove_input_padding"] = True
-    config = {"builder_config": builder, "plugin_config": plugins}
-    (engine / "config.json").write_text(json.dumps(config))
-    for rank in range(2):
-        (engine / f"llama_float16_tp2_rank{rank}.engine").write_bytes(b"")
-    build = read_engine_build(engine)
-    assert (build.tp_size, build.max_seq_len) == (2, 1536)
-    settings = settings_for(
-        trtllm, tensor_parallelism=2, max_batch_size=8, max_input_len=1024, max_output_len=512
-    )
-    check_engine(settings, engine)
-    with pytest.raises(EngineCheckError, match="MAX_BATCH_SIZE=16"):
-        check_engine(settings_for(settings, max_batch_size=16), engine)
+    builder = {"name": "llama", "precision": "float16", "tensor_parallel": 1}
+    (engine / "config.json").write_text(json.dumps({"builder_config": builder}))
+    with pytest.raises(EngineCheckError, match=r"built by an unknown TensorRT-LLM .*version None"):
+        check_engine(trtllm, engine)
 
 
 def test_unreadable_config(tmp_path: Path) -> None:

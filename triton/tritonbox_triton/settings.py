@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+# The cpu engine's KV cache when KV_CACHE_MAX_TOKENS is unset (its memory is host RAM).
+CPU_KV_CACHE_TOKENS = 65536
 
 
 class EngineFlavour(StrEnum):
@@ -74,8 +76,8 @@ class TritonSettings(BaseSettings):
     tritonserver_bin: Path | None = Field(
         default=None,
         description="The tritonserver executable; unset = the one in the nvidia-pytriton wheel "
-        "(CPU). The GPU image sets NVIDIA's /opt/tritonserver/bin/tritonserver, whose backends "
-        "include TensorRT-LLM's.",
+        "(cpu and synthetic only: it has no TensorRT-LLM backend). trtllm requires it: the GPU "
+        "image sets NVIDIA's /opt/tritonserver/bin/tritonserver.",
     )
     model_repository: Path | None = Field(
         default=None,
@@ -98,12 +100,14 @@ class TritonSettings(BaseSettings):
     max_output_len: int = Field(
         default=1024, ge=1, le=131072, description="Largest max_tokens one request may ask for."
     )
-    kv_cache_max_tokens: int = Field(
-        default=65536,
+    # Always an int after validation: unset takes the flavour's default (_flavour_defaults).
+    kv_cache_max_tokens: int | None = Field(
+        default=None,
         ge=0,
         description="KV cache in tokens (prompt + output of all running requests); 0 = no cap "
-        "of its own (cpu: MAX_BATCH_SIZE x (MAX_INPUT_LEN + MAX_OUTPUT_LEN); trtllm: the "
-        "memory fraction).",
+        "of its own (cpu: MAX_BATCH_SIZE x (MAX_INPUT_LEN + MAX_OUTPUT_LEN); trtllm: "
+        f"KV_CACHE_FREE_GPU_MEM_FRACTION decides); unset = {CPU_KV_CACHE_TOKENS} on cpu, 0 on "
+        "trtllm (a GPU's free memory, not a fixed count, bounds its batch).",
     )
     kv_cache_free_gpu_mem_fraction: float = Field(
         default=0.9,
@@ -170,12 +174,32 @@ class TritonSettings(BaseSettings):
         default=0, ge=0, le=3, description="Triton verbose log level (0 = off)."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flavour_defaults(cls, data: Any) -> Any:
+        # A fixed token count undercuts a GPU: 65536 tokens hold 16 requests of 4000 tokens
+        # where the memory fraction may hold 64. The cpu engine keeps a cap (host RAM).
+        if isinstance(data, dict) and data.get("kv_cache_max_tokens") in (None, ""):
+            trtllm = str(data.get("engine") or "") == EngineFlavour.TRTLLM.value
+            data = data | {"kv_cache_max_tokens": 0 if trtllm else CPU_KV_CACHE_TOKENS}
+        return data
+
     @model_validator(mode="after")
     def _flavour_requirements(self) -> Self:
-        if self.engine is EngineFlavour.TRTLLM and not (self.engine_dir or self.engine_repository):
+        if self.engine is not EngineFlavour.TRTLLM:
+            return self
+        if not (self.engine_dir or self.engine_repository):
             raise ValueError(
                 "ENGINE=trtllm needs ENGINE_REPOSITORY (a Hugging Face repository id or a path) "
                 "or ENGINE_DIR to be set"
+            )
+        if self.tritonserver_bin is None:
+            # The nvidia-pytriton wheel's tritonserver has no tensorrtllm backend: it would
+            # start and then fail to load the engine step with a message about a backend.
+            raise ValueError(
+                "ENGINE=trtllm needs TRITONSERVER_BIN: the tritonserver of NVIDIA's TensorRT-LLM "
+                "image (TRITONSERVER_BIN=/opt/tritonserver/bin/tritonserver, which the GPU image "
+                "sets); the default one, from the nvidia-pytriton wheel, has no tensorrtllm backend"
             )
         return self
 
