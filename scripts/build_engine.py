@@ -30,6 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 EXAMPLES = Path("/app/tensorrt_llm/examples")
+# The serving image's TensorRT-LLM: an engine loads only in the version that built it (the
+# serving side checks config.json's `version`; tests keep this equal to engine_check's).
+TRTLLM_VERSION = "0.20.0"
+BUILD_IMAGE = f"nvcr.io/nvidia/tensorrt-llm/release:{TRTLLM_VERSION}"
+# trtllm-build's own default for --max_num_tokens (BuildConfig.max_num_tokens in 0.20).
+TRTLLM_MAX_NUM_TOKENS = 8192
 # The same defaults as TritonSettings (a test keeps them equal); .env usually sets them.
 DEFAULTS = {"MAX_BATCH_SIZE": 16, "MAX_INPUT_LEN": 2048, "MAX_OUTPUT_LEN": 1024}
 TOKENIZER_FILES = (
@@ -79,14 +85,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-input-len", type=int, default=_env_int("MAX_INPUT_LEN"))
     parser.add_argument("--max-output-len", type=int, default=_env_int("MAX_OUTPUT_LEN"))
     parser.add_argument("--tp", type=int, default=_env_int("TENSOR_PARALLELISM"))
-    parser.add_argument("--max-num-tokens", type=int, help="tokens per engine step (trtllm-build)")
+    parser.add_argument(
+        "--max-num-tokens",
+        type=int,
+        help="tokens per engine step (trtllm-build; default 8192, raised to --max-input-len: "
+        "TritonBox serves without chunked context, so a whole prompt must fit one step)",
+    )
     parser.add_argument("--calib-size", type=int, default=512, help="calibration samples")
     parser.add_argument("--calib-dataset", help="quantize.py's --calib_dataset (default theirs)")
     parser.add_argument("--examples", type=Path, default=EXAMPLES, help="TensorRT-LLM examples")
     parser.add_argument("--upload", metavar="ORG/NAME", help="push the engine to this HF repo")
     parser.add_argument("--public", action="store_true", help="create the upload repo public")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.max_num_tokens is not None and args.max_num_tokens < args.max_input_len:
+        parser.error(
+            f"--max-num-tokens {args.max_num_tokens} is less than --max-input-len "
+            f"{args.max_input_len}: without chunked context a prompt must fit one engine step"
+        )
+    return args
+
+
+def max_num_tokens(args: argparse.Namespace) -> int:
+    return args.max_num_tokens or max(TRTLLM_MAX_NUM_TOKENS, args.max_input_len)
 
 
 def quantize_command(args: argparse.Namespace, model_dir: Path, checkpoint: Path) -> list[str]:
@@ -119,22 +140,39 @@ def build_command(args: argparse.Namespace, checkpoint: Path) -> list[str]:
         # One request's prompt plus its answer: what MAX_INPUT_LEN + MAX_OUTPUT_LEN must fit.
         f"--max_seq_len={args.max_input_len + args.max_output_len}",
         "--max_beam_width=1",
-        # In-flight batching (the backend's inflight_fused_batching) needs these three.
+        f"--max_num_tokens={max_num_tokens(args)}",
+        # In-flight batching (the backend's inflight_fused_batching) needs these three;
+        # --kv_cache_type replaces 0.20's deprecated --paged_kv_cache.
         "--gpt_attention_plugin=auto",
-        "--paged_kv_cache=enable",
+        "--kv_cache_type=paged",
         "--remove_input_padding=enable",
         "--context_fmha=enable",
         f"--workers={args.tp}",
     ]
     if preset.gemm_plugin:
         command.append("--gemm_plugin=auto")
-    if args.kv_cache != "int8":
-        # Paged context FMHA makes KV-cache reuse (shared system prompts) and chunked context
-        # possible; it does not take an INT8 KV cache.
-        command.append("--use_paged_context_fmha=enable")
-    if args.max_num_tokens:
-        command.append(f"--max_num_tokens={args.max_num_tokens}")
+    # Paged context FMHA makes KV-cache reuse (shared system prompts) and chunked context
+    # possible, but TensorRT-LLM refuses to build it with an INT8 KV cache ("Paged Context FMHA
+    # doesn't work with int8 kv cache"); set it explicitly either way, not by version default.
+    paged_context = "disable" if args.kv_cache == "int8" else "enable"
+    command.append(f"--use_paged_context_fmha={paged_context}")
     return command
+
+
+def check_container() -> str | None:
+    """Why this container cannot build for the serving image, or None when it can."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("tensorrt_llm")
+    except metadata.PackageNotFoundError:
+        return f"TensorRT-LLM is not installed here: run this script in {BUILD_IMAGE}"
+    if version != TRTLLM_VERSION:
+        return (
+            f"this container has TensorRT-LLM {version}, the serving image runs "
+            f"{TRTLLM_VERSION} and loads only engines of its own version: run in {BUILD_IMAGE}"
+        )
+    return None
 
 
 def fetch_checkpoint(model: str) -> Path:
@@ -178,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         print(shlex.join(quantize_command(args, Path(args.model), checkpoint)))
         print(shlex.join(build_command(args, checkpoint)))
         return 0
+    problem = check_container()
+    if problem:
+        print(f"build_engine: {problem}", file=sys.stderr)
+        return 1
     model_dir = fetch_checkpoint(args.model)
     try:
         run(quantize_command(args, model_dir, checkpoint))
@@ -194,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         "max_input_len": args.max_input_len,
         "max_output_len": args.max_output_len,
         "tensor_parallelism": args.tp,
+        "max_num_tokens": max_num_tokens(args),
+        "tensorrt_llm": TRTLLM_VERSION,
         "tokenizer_files": copied,
     }
     (args.output / "tritonbox-build.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -58,13 +58,40 @@ def test_gemma_int4_awq_example() -> None:
         "--max_seq_len=4000",
         "--gpt_attention_plugin=auto",
         "--gemm_plugin=auto",
-        "--paged_kv_cache=enable",
+        "--kv_cache_type=paged",
         "--remove_input_padding=enable",
+        "--max_num_tokens=8192",
         "--context_fmha=enable",
         "--output_dir=models/gemma-7b-it-int4-awq",
     } <= set(build)
-    # INT8 KV cache: no paged context FMHA (it would refuse the build).
+    # INT8 KV cache: no paged context FMHA (TensorRT-LLM refuses to build it), said explicitly
+    # because the 0.20 default is on.
+    assert "--use_paged_context_fmha=disable" in build
     assert "--use_paged_context_fmha=enable" not in build
+    assert not [flag for flag in build if flag.startswith("--paged_kv_cache")]  # deprecated
+
+
+def test_max_num_tokens_holds_the_longest_prompt(capsys: pytest.CaptureFixture[str]) -> None:
+    # Served without chunked context, a whole prompt must fit one engine step.
+    _, build = commands(["--model=m", "--output=o", "--max-input-len=16000"])
+    assert "--max_num_tokens=16000" in build
+    _, build = commands(["--model=m", "--output=o", "--max-num-tokens=20000"])
+    assert "--max_num_tokens=20000" in build
+    with pytest.raises(SystemExit):
+        build_engine.parse_args(["--model=m", "--output=o", "--max-num-tokens=1000"])
+    assert "less than --max-input-len" in capsys.readouterr().err
+
+
+def test_the_build_container_must_be_the_serving_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    from tritonbox_triton.engine_check import TRTLLM_VERSION
+
+    assert build_engine.TRTLLM_VERSION == TRTLLM_VERSION
+    monkeypatch.setattr(metadata, "version", lambda name: "0.19.0")
+    assert "has TensorRT-LLM 0.19.0" in build_engine.check_container()
+    monkeypatch.setattr(metadata, "version", lambda name: TRTLLM_VERSION)
+    assert build_engine.check_container() is None
 
 
 @pytest.mark.parametrize(
@@ -85,7 +112,7 @@ def test_presets(preset: str, qformat: str, dtype: str) -> None:
     assert f"--qformat={qformat}" in quantize and f"--dtype={dtype}" in quantize
     assert ("--gemm_plugin=auto" in build) == (preset != "fp8")
     assert "--use_paged_context_fmha=enable" in build  # enables KV-cache reuse
-    assert "--paged_kv_cache=enable" in build
+    assert "--kv_cache_type=paged" in build
 
 
 def test_limits_come_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
