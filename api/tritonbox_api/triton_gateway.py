@@ -16,9 +16,9 @@ from pathlib import Path
 import grpc
 import tritonclient.grpc.aio as grpcclient
 
-from tritonbox_triton.client import Chunk, GenerationRequest, TritonLLMClient, TritonRequestError
-from tritonbox_triton.model_params import config_parameters, int_parameter, text_parameter
-from tritonbox_triton.server import READY_MODELS
+from tritonbox_common.client import Chunk, GenerationRequest, TritonLLMClient, TritonRequestError
+from tritonbox_common.ensemble import READY_MODELS
+from tritonbox_common.model_params import config_parameters, int_parameter, text_parameter
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ def model(tokenizer_dir: Path) -> Any:
 
 @pytest.fixture(scope="session")
 def tokenizer(tokenizer_dir: Path) -> Any:
-    from tritonbox_triton.tokenization import load_tokenizer
+    from tritonbox_common.tokenization import load_tokenizer
 
     return load_tokenizer(tokenizer_dir)
 

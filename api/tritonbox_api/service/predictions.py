@@ -28,7 +28,7 @@ from tritonbox_api.service.prepare import PreparedGeneration
 from tritonbox_api.text.decoder import IncrementalDecoder
 from tritonbox_api.text.stop_words import StopStringMatcher
 from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
-from tritonbox_triton.client import TritonRequestError
+from tritonbox_common.client import TritonRequestError
 
 log = logging.getLogger(__name__)
 

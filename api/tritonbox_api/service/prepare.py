@@ -15,10 +15,10 @@ from typing import Any
 from tritonbox_api.protocol.errors import invalid
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.engine_context import EngineContext
-from tritonbox_triton.client import GenerationRequest
-from tritonbox_triton.errors import RequestError
-from tritonbox_triton.tokenization import encode_prompt
-from tritonbox_triton.word_lists import encode_word_list
+from tritonbox_common.client import GenerationRequest
+from tritonbox_common.errors import RequestError
+from tritonbox_common.tokenization import encode_prompt
+from tritonbox_common.word_lists import encode_word_list
 
 # Prompts up to this many characters are tokenised on the event loop. Tokenising costs about
 # 25 µs plus 0.45 µs a character (SmolLM2's fast tokenizer), so 2 000 characters hold the loop

@@ -14,10 +14,10 @@ from tritonbox_api.db.session import Database
 from tritonbox_api.service.predictions import Ended, Event, PredictionService, RunningPrediction
 from tritonbox_api.service.prepare import PreparedGeneration
 from tritonbox_api.triton_gateway import TritonGateway
-from tritonbox_triton.client import Chunk, GenerationRequest
+from tritonbox_common.client import Chunk, GenerationRequest
+from tritonbox_common.tokenization import load_tokenizer
 from tritonbox_triton.prepare_model import prepare_default_model
 from tritonbox_triton.settings import DEFAULT_MODEL_NAME
-from tritonbox_triton.tokenization import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from tritonbox_common.word_lists import decode_word_list, encode_word_list
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import FinishReason, GenerationRequest, InflightBatcher
 from tritonbox_triton.engine.words import text_decoder
-from tritonbox_triton.word_lists import decode_word_list, encode_word_list
 
 PROMPTS = [
     "What is the capital of France?",

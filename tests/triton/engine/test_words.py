@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
+from tritonbox_common.word_lists import decode_word_list, encode_word_list
 from tritonbox_triton.engine.words import WordRules, text_decoder
-from tritonbox_triton.word_lists import decode_word_list, encode_word_list
 
 
 def rules(

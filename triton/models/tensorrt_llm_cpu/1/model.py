@@ -19,6 +19,7 @@ import torch
 import triton_python_backend_utils as pb_utils
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tritonbox_common.word_lists import decode_word_list
 from tritonbox_triton.engine.params import (
     EngineLimits,
     RequestError,
@@ -28,7 +29,6 @@ from tritonbox_triton.engine.params import (
 )
 from tritonbox_triton.engine.scheduler import FinishReason, GenerationRequest, InflightBatcher
 from tritonbox_triton.engine.words import text_decoder
-from tritonbox_triton.word_lists import decode_word_list
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 OUTCOMES = ("stop", "length", "stop_word", "cancelled", "error")
