@@ -59,7 +59,11 @@ def engine_dir(tmp_path: Path) -> Path:
     path = tmp_path / "engine"
     path.mkdir()
     build = {"max_batch_size": 64, "max_input_len": 3000, "max_seq_len": 4000}
-    config = {"build_config": build, "pretrained_config": {"mapping": {"tp_size": 1}}}
+    config = {
+        "version": "0.20.0",  # the image's TensorRT-LLM (engine_check.TRTLLM_VERSION)
+        "build_config": build,
+        "pretrained_config": {"mapping": {"tp_size": 1}},
+    }
     (path / "config.json").write_text(json.dumps(config))
     (path / "rank0.engine").write_bytes(b"")  # one engine file per GPU (tp_size 1)
     return path
@@ -78,6 +82,7 @@ def trtllm(
         engine="trtllm",
         engine_dir=engine_dir,
         tokenizer_dir=tokenizer_dir,
+        tritonserver_bin=Path("/opt/tritonserver/bin/tritonserver"),  # required for trtllm
         cache_dir=tmp_path / "cache",
     )
 
