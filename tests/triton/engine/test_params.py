@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tritonbox_common.errors import RequestError
 from tritonbox_triton.engine.params import (
     EngineLimits,
     SamplingParams,
     prompt_ids,
     sampling_params,
 )
-from tritonbox_triton.errors import RequestError
 
 LIMITS = EngineLimits(max_input_len=8, max_output_len=16, kv_cache_max_tokens=20)
 

@@ -14,6 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from tritonbox_common.word_lists import decode_word_list, encode_word_list
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import FinishReason, GenerationRequest, InflightBatcher
+from tritonbox_triton.engine.stats import IterationStats
 from tritonbox_triton.engine.words import text_decoder
 
 PROMPTS = [
@@ -167,3 +168,105 @@ def test_cancelled_request_stops_within_one_step(
     # No token was produced after the engine saw the cancellation.
     assert len(cancelled.tokens) == cancelled.tokens_when_cancel_seen == 3
     assert neighbour.finish is not None and len(neighbour.tokens) > 3
+
+
+class Recorder:
+    """An EngineObserver keeping every iteration's stats."""
+
+    def __init__(self) -> None:
+        self.stats: list[IterationStats] = []
+
+    def on_iteration(self, stats: IterationStats) -> None:
+        self.stats.append(stats)
+
+    def on_tokens(self, count: int) -> None:
+        pass
+
+    def on_finished(self, outcome: str) -> None:
+        pass
+
+
+def admitted(recorder: Recorder) -> None:
+    """Wait until a request runs in the batch."""
+    deadline = time.monotonic() + 30
+    while not (recorder.stats and recorder.stats[-1].active):
+        assert time.monotonic() < deadline, "nothing was admitted"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def one_slot(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Iterator[Any]:
+    """An engine with one batch slot and room for one waiting request."""
+    recorder = Recorder()
+    batcher = InflightBatcher(
+        model,
+        text_decoder(tokenizer),
+        EngineLimits(256, 128, 4096),
+        max_batch_size=1,
+        max_queue_size=1,
+        observer=recorder,
+    )
+    batcher.start()
+    yield batcher, recorder
+    batcher.stop()
+
+
+def test_queue_is_bounded_by_max_queue_size(
+    one_slot: Any, tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    engine, recorder = one_slot
+    prompt = chat_ids(tokenizer, PROMPTS[1])
+    running = submit(engine, make_sink(), prompt, max_tokens=100, min_tokens=100)
+    admitted(recorder)  # the queue is empty again
+    waiting = submit(engine, make_sink(), prompt, max_tokens=5)
+    refused = submit(engine, make_sink(), prompt, max_tokens=5).wait(5)
+    assert refused.error == "Maximum queue size of 1 has been reached, please try again later"
+    assert not refused.tokens
+    assert waiting.error is None and not waiting.done.is_set()
+    engine.stop_request("")  # an unknown id stops nothing
+    running.wait()
+    assert len(waiting.wait().tokens) == 5
+
+
+def test_a_stop_for_a_waiting_request_cancels_it_at_once(
+    one_slot: Any, tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    engine, recorder = one_slot
+    prompt = chat_ids(tokenizer, PROMPTS[1])
+    running = submit(engine, make_sink(), prompt, max_tokens=100, min_tokens=100)
+    admitted(recorder)
+    sink = make_sink()
+    engine.submit(
+        GenerationRequest(
+            prompt=prompt,
+            params=SamplingParams(max_tokens=5, end_id=EOS, pad_id=EOS),
+            sink=sink,
+            stop_words=[],
+            bad_words=[],
+            request_id="queued",
+        )
+    )
+    engine.stop_request("queued")
+    # Cancelled before the running request ends, not when it would have been admitted.
+    assert sink.wait(1).cancelled and not sink.tokens
+    assert not running.done.is_set()
+    engine.stop_request("queued")  # a second stop for a request already gone is harmless
+    running.wait()
+    assert recorder.stats[-1].waiting == 0
+
+
+def test_iteration_stats_show_active_requests_fall_when_cancelled(
+    one_slot: Any, tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    engine, recorder = one_slot
+    prompt = chat_ids(tokenizer, PROMPTS[1])
+    sink = make_sink(cancel_after=5)
+    submit(engine, sink, prompt, max_tokens=100, min_tokens=100)
+    sink.wait()
+    time.sleep(0.2)  # the idle loop reports again
+    actives = [stats.active for stats in recorder.stats]
+    assert 1 in actives and actives[-1] == 0
+    busy = next(stats for stats in recorder.stats if stats.context)
+    assert busy.context_tokens == len(prompt) and busy.max_active == 1
+    assert busy.kv_tokens_used >= len(prompt)
+    assert [s.iteration for s in recorder.stats] == list(range(1, len(recorder.stats) + 1))

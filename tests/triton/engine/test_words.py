@@ -64,3 +64,15 @@ def test_whitespace_stop_word(tokenizer: PreTrainedTokenizerBase) -> None:
     word = rules(tokenizer, stop=("\n\n",))
     assert word.hits_stop_word(encode(tokenizer, "One.\n\nTwo"))
     assert not word.hits_stop_word(encode(tokenizer, "One.\nTwo"))
+
+
+def test_stop_word_is_its_tokens_only_whitespace_included(
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    # TensorRT-LLM's rule: the engine ends a sequence only on a stop word's own token ids. The
+    # exact text (whitespace included) is the api's to decide; a looser engine match ended
+    # " Paris.\n\n" on "\nParis" and on "Paris\n".
+    generated = encode(tokenizer, " Paris.\n\nThe answer is")
+    for word in ("\nParis", "Paris\n"):
+        assert not rules(tokenizer, stop=(word,)).hits_stop_word(generated), word
+    assert rules(tokenizer, stop=(".\n\n",)).hits_stop_word(encode(tokenizer, " Paris.\n\n"))

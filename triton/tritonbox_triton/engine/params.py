@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonbox_triton.errors import RequestError
+from tritonbox_common.errors import RequestError
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,13 +27,17 @@ from transformers import DynamicCache, PreTrainedModel
 from .kv_batch import BatchedKVCache
 from .params import EngineLimits, SamplingParams
 from .sampling import SequenceState, choose_token
+from .stats import IterationStats
 from .words import Decode, WordRules
 
 log = logging.getLogger(__name__)
 
 # How long a stop for an id the engine has not seen yet is kept (the stop may overtake its
-# request on the way in).
+# request on the way in). A stop for a known request, waiting or running, acts at once.
 EARLY_STOP_TTL_S = 60.0
+# How often the waiting requests' clients are asked whether they left (each question is a round
+# trip to Triton); running sequences are asked every step.
+WAITING_CANCEL_CHECK_S = 0.1
 
 
 class FinishReason(StrEnum):
@@ -60,7 +64,7 @@ class TokenSink(Protocol):
 
 
 class EngineObserver(Protocol):
-    def on_batch(self, running: int, waiting: int) -> None: ...
+    def on_iteration(self, stats: IterationStats) -> None: ...
 
     def on_tokens(self, count: int) -> None: ...
 
@@ -68,7 +72,7 @@ class EngineObserver(Protocol):
 
 
 class _NullObserver:
-    def on_batch(self, running: int, waiting: int) -> None:
+    def on_iteration(self, stats: IterationStats) -> None:
         pass
 
     def on_tokens(self, count: int) -> None:
@@ -78,7 +82,7 @@ class _NullObserver:
         pass
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two equal requests are still two requests
 class GenerationRequest:
     prompt: list[int]
     params: SamplingParams
@@ -108,12 +112,14 @@ class InflightBatcher:
         limits: EngineLimits,
         *,
         max_batch_size: int,
+        max_queue_size: int = 0,
         observer: EngineObserver | None = None,
     ) -> None:
         self._model = model
         self._decode = decode
         self._limits = limits
         self._max_batch_size = max_batch_size
+        self._max_queue_size = max_queue_size  # 0 = unbounded, as MAX_QUEUE_SIZE
         self._observer: EngineObserver = observer or _NullObserver()
         self._waiting: deque[GenerationRequest] = deque()
         self._running: list[_Running] = []
@@ -122,21 +128,48 @@ class InflightBatcher:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._stop_ids: dict[str, float] = {}  # request id -> when the stop arrived
+        self._iteration = 0
+        self._waiting_checked = 0.0
+        self._step = {"context": 0, "context_tokens": 0, "generation": 0}
 
-    def submit(self, request: GenerationRequest) -> None:
+    def submit(self, request: GenerationRequest) -> bool:
+        """Queue `request`; False (and the request failed) when MAX_QUEUE_SIZE are waiting."""
         with self._wakeup:
-            self._waiting.append(request)
-            self._wakeup.notify()
+            full = 0 < self._max_queue_size <= len(self._waiting)
+            if not full:
+                self._waiting.append(request)
+                self._wakeup.notify()
+        if full:
+            # TensorRT-LLM's executor refuses with this message.
+            request.sink.on_error(
+                f"Maximum queue size of {self._max_queue_size} has been reached, "
+                "please try again later"
+            )
+            self._observer.on_finished("error")
+        return not full
 
     def stop_request(self, request_id: str) -> None:
         """Cancel the request with this id, waiting or running, as if its client had.
 
         Triton (2.51) does not pass a gRPC cancellation through an ensemble to its steps, so
         this is how a client of the ensemble stops generation: TensorRT-LLM's `stop` input.
+        A waiting request leaves the queue now; a running one before the next step.
         """
+        if not request_id:  # requests without an id cannot be stopped by id
+            return
         with self._wakeup:
-            self._stop_ids[request_id] = time.monotonic()
+            queued = [r for r in self._waiting if r.request_id == request_id]
+            for request in queued:
+                self._waiting.remove(request)
+            if not queued:
+                self._stop_ids[request_id] = time.monotonic()
             self._wakeup.notify()
+        self._cancel(queued)
+
+    def _cancel(self, requests: list[GenerationRequest]) -> None:
+        for request in requests:
+            request.sink.on_cancelled()
+            self._observer.on_finished("cancelled")
 
     def _is_cancelled(self, request: GenerationRequest) -> bool:
         if request.request_id and request.request_id in self._stop_ids:
@@ -154,7 +187,9 @@ class InflightBatcher:
             self._wakeup.notify()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        for request in [*self._waiting, *(r.request for r in self._running)]:
+        with self._wakeup:
+            waiting = list(self._waiting)
+        for request in [*waiting, *(r.request for r in self._running)]:
             request.sink.on_error("the engine is shutting down")
         self._waiting.clear()
         self._running.clear()
@@ -175,13 +210,47 @@ class InflightBatcher:
     @torch.inference_mode()
     def run_once(self) -> bool:
         """One iteration: cancellations, admissions, one decode step. False when idle."""
+        self._step = dict.fromkeys(self._step, 0)
         self._drop_cancelled()
+        self._drop_cancelled_waiting()
         self._admit()
-        self._observer.on_batch(len(self._running), len(self._waiting))
-        if not self._running:
-            return bool(self._waiting)
-        self._decode_step()
-        return True
+        if self._running:
+            self._decode_step()
+        self._report()
+        return bool(self._running or self._waiting)
+
+    def _report(self) -> None:
+        self._iteration += 1
+        with self._wakeup:
+            waiting = len(self._waiting)
+        self._observer.on_iteration(
+            IterationStats(
+                iteration=self._iteration,
+                timestamp_us=time.time_ns() // 1000,
+                active=len(self._running),
+                waiting=waiting,
+                max_active=self._max_batch_size,
+                kv_tokens_used=sum(len(r.state.context()) for r in self._running),
+                kv_tokens_max=self._limits.kv_cache_max_tokens,
+                **self._step,
+            )
+        )
+
+    def _drop_cancelled_waiting(self) -> None:
+        """Requests whose clients left while they waited leave the queue (rate-limited)."""
+        now = time.monotonic()
+        if now - self._waiting_checked < WAITING_CANCEL_CHECK_S:
+            return
+        self._waiting_checked = now
+        with self._wakeup:
+            waiting = list(self._waiting)
+        gone = [request for request in waiting if self._is_cancelled(request)]
+        if gone:
+            with self._wakeup:
+                for request in gone:
+                    if request in self._waiting:
+                        self._waiting.remove(request)
+            self._cancel(gone)
 
     def _drop_cancelled(self) -> None:
         with self._wakeup:
@@ -214,8 +283,7 @@ class InflightBatcher:
                 self._waiting.popleft()
                 cancelled = self._is_cancelled(request)
             if cancelled:
-                request.sink.on_cancelled()
-                self._observer.on_finished("cancelled")
+                self._cancel([request])
                 continue
             try:
                 self._prefill(request)
@@ -232,6 +300,8 @@ class InflightBatcher:
             use_cache=True,
             logits_to_keep=1,
         )
+        self._step["context"] += 1
+        self._step["context_tokens"] += len(request.prompt)
         state = SequenceState(
             params=request.params,
             prompt=request.prompt,
@@ -253,6 +323,7 @@ class InflightBatcher:
             use_cache=True,
         )
         self._kv.advance()
+        self._step["generation"] = len(self._running)
         logits = output.logits[:, -1].float()
         keep = [
             i for i, run in enumerate(self._running) if not self._advance(run, logits[i].clone())

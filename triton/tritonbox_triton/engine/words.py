@@ -1,10 +1,14 @@
-"""Stop and bad words for one sequence, matched on token ids and on decoded text.
+"""Stop and bad words for one sequence.
 
-Token-sequence matching alone (TensorRT-LLM's rule) misses a word the model spells with other
-tokens than the word's own encoding ("Par"+"is" for "Paris"). So both lists are also matched as
-strings on a short decoded window: a stop string anywhere in the generated text ends the
-sequence, and a candidate token whose text would complete a bad word is rejected before it is
-emitted.
+Stop words follow TensorRT-LLM's rule exactly: a sequence ends when its last tokens are one of
+the word's token sequences, nothing else. The engine sees only token ids, so this can only be a
+hint: the exact text of a stop word (whitespace included) is decided by the api, which matches
+the decoded text and stops the request itself. A looser match here (the text window this module
+used to strip) ended answers where the api's text did not hold the word.
+
+Bad words are also matched as text, because token sequences alone miss a word the model spells
+with other tokens ("Par"+"is" for "Paris"): a candidate token whose text would complete a bad
+word is rejected before it is emitted.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ def _is_word_char(char: str) -> bool:
 
 
 def _strings(decode: Decode, words: Sequence[Sequence[int]]) -> list[str]:
-    # The variants " Paris" and "Paris" both decode to text containing "Paris"; whitespace-only
-    # words ("\n\n") keep their text.
+    # Bad words only. The variants " Paris" and "Paris" both decode to text containing "Paris";
+    # whitespace-only words ("\n\n") keep their text.
     texts = {decode(list(word)) for word in words}
     return sorted({text.strip() or text for text in texts if text})
 
@@ -47,11 +51,9 @@ class WordRules:
         self._decode = decode
         self._stop_ids = [tuple(word) for word in stop_words if word]
         self._bad_ids = [tuple(word) for word in bad_words if word]
-        self._stop_strings = _strings(decode, self._stop_ids)
         self._bad_strings = _strings(decode, self._bad_ids)
         # A window of this many tokens always holds a whole word plus its neighbours: a token
         # decodes to at least one byte, and a character is at most four.
-        self._stop_window = self._window(self._stop_ids, self._stop_strings)
         self._bad_window = self._window(self._bad_ids, self._bad_strings)
 
     @staticmethod
@@ -104,11 +106,5 @@ class WordRules:
         return not (_is_word_char(word[-1]) and end < len(text) and _is_word_char(text[end]))
 
     def hits_stop_word(self, generated: Sequence[int]) -> bool:
-        """Whether the generated tokens now end with a stop word or their text contains one."""
-        if not self._stop_ids:
-            return False
-        for word in self._stop_ids:
-            if tuple(generated[-len(word) :]) == word:
-                return True
-        text = self._decode(list(generated[-self._stop_window :]))
-        return any(word in text for word in self._stop_strings)
+        """Whether the generated tokens now end with one of the stop words' token sequences."""
+        return any(tuple(generated[-len(word) :]) == word for word in self._stop_ids)

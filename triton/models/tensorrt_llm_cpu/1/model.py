@@ -28,6 +28,7 @@ from tritonbox_triton.engine.params import (
     sampling_params,
 )
 from tritonbox_triton.engine.scheduler import FinishReason, GenerationRequest, InflightBatcher
+from tritonbox_triton.engine.stats import FAMILIES, IterationStats, nvidia_values
 from tritonbox_triton.engine.words import text_decoder
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -117,36 +118,45 @@ class TritonSink:
 
 
 class TritonMetrics:
-    """Engine counters on Triton's metrics endpoint, flushed once per engine iteration."""
+    """Engine metrics on Triton's /metrics, set once per engine iteration: TensorRT-LLM
+    backend's gauge families (same names and labels), plus token and outcome counters."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str, version: str) -> None:
         gauge, counter = pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.COUNTER
         # Triton invalidates a Metric once its family is garbage-collected: keep the families.
         self._families = {
-            name: pb_utils.MetricFamily(name=name, description=description, kind=kind)
-            for name, description, kind in (
-                ("tritonbox_engine_running_requests", "Sequences in the in-flight batch", gauge),
-                ("tritonbox_engine_waiting_requests", "Requests waiting to join the batch", gauge),
-                ("tritonbox_engine_generated_tokens_total", "Tokens generated", counter),
-                ("tritonbox_engine_finished_requests_total", "Requests done, by outcome", counter),
-            )
+            name: pb_utils.MetricFamily(name=name, description=description, kind=gauge)
+            for name, (description, _) in FAMILIES.items()
         }
-        self._running = self._families["tritonbox_engine_running_requests"].Metric(labels={})
-        self._waiting = self._families["tritonbox_engine_waiting_requests"].Metric(labels={})
+        for name, description in (
+            ("tritonbox_engine_generated_tokens_total", "Tokens generated"),
+            ("tritonbox_engine_finished_requests_total", "Requests done, by outcome"),
+        ):
+            self._families[name] = pb_utils.MetricFamily(
+                name=name, description=description, kind=counter
+            )
+        labels = {"model": model, "version": version}
+        self._gauges = {
+            key: self._families[key[0]].Metric(labels={**labels, FAMILIES[key[0]][1]: key[1]})
+            for key in nvidia_values(IterationStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        }
         self._tokens = self._families["tritonbox_engine_generated_tokens_total"].Metric(labels={})
         finished = self._families["tritonbox_engine_finished_requests_total"]
         self._finished = {name: finished.Metric(labels={"outcome": name}) for name in OUTCOMES}
         self._pending_tokens = 0
-        self._last_batch = (-1, -1)
+        self._last: dict[tuple[str, str], float] = {}
 
-    def on_batch(self, running: int, waiting: int) -> None:
+    def on_iteration(self, stats: IterationStats) -> None:
         if self._pending_tokens:
             self._tokens.increment(self._pending_tokens)
             self._pending_tokens = 0
-        if (running, waiting) != self._last_batch:
-            self._running.set(running)
-            self._waiting.set(waiting)
-            self._last_batch = (running, waiting)
+        for key, value in nvidia_values(stats).items():
+            # Only changes: an idle engine iterates 20 times a second for nothing.
+            if self._last.get(key) != value and key[1] != "timestamp":
+                self._gauges[key].set(value)
+                self._last[key] = value
+        if stats.active or stats.waiting or stats.iteration % 20 == 0:
+            self._gauges[("nv_trt_llm_general_metrics", "timestamp")].set(stats.timestamp_us)
 
     def on_tokens(self, count: int) -> None:
         self._pending_tokens += count
@@ -183,7 +193,8 @@ class TritonPythonModel:
             text_decoder(self._tokenizer),
             self._limits,
             max_batch_size=max_batch_size,
-            observer=TritonMetrics(),
+            max_queue_size=int(params.get("max_queue_size", "0")),
+            observer=TritonMetrics(args["model_name"], args["model_version"]),
         )
         self._engine.start()
         pb_utils.Logger.log_info(
