@@ -7,12 +7,14 @@ import json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-class BodyTooLargeError(Exception):
-    pass
-
-
 class BodyLimitMiddleware:
-    """413 for a declared Content-Length over the limit, or a streamed body that grows past it."""
+    """413 for a declared Content-Length over the limit, or a chunked body that grows past it.
+
+    A body without a Content-Length is read here, up to the limit, before the app sees it: an
+    error raised from inside the app's own read would reach FastAPI's body parsing, which turns
+    any failure into 400 "There was an error parsing the body". With a Content-Length, the
+    server delivers exactly that many bytes, so the declared size is the one to check.
+    """
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self.app = app
@@ -23,31 +25,36 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
-            return
-        seen = 0
-        started = False
-
-        async def counting_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise BodyTooLargeError
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except BodyTooLargeError:
-            if not started:
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.max_bytes:
                 await self._refuse(send)
+                return
+            await self.app(scope, receive, send)
+            return
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left before its body was complete
+            piece = message.get("body", b"")
+            size += len(piece)
+            if size > self.max_bytes:
+                await self._refuse(send)
+                return
+            pieces.append(piece)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # then the disconnect, when it comes
+            replayed = True
+            return {"type": "http.request", "body": b"".join(pieces), "more_body": False}
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps(

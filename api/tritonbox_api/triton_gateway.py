@@ -107,11 +107,24 @@ class TritonGateway:
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
         """The engine's responses; TritonUnavailableError when Triton cannot be reached,
-        TritonRequestError when it refuses or fails the request."""
+        TritonRequestError when it refuses or fails the request.
+
+        Leaving early only cancels the gRPC call: the engine's request is stopped by `stop`,
+        which the caller sends once its stream is over (see PredictionService).
+        """
         try:
-            async for chunk in self.client.stream(request):
+            async for chunk in self.client.stream(request, stop_on_exit=False):
                 yield chunk
         except grpc.aio.AioRpcError as error:
             if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise TritonUnavailableError(f"Triton is unavailable: {error.details()}") from None
             raise TritonRequestError(f"Triton failed the request: {error.details()}") from None
+
+    async def stop_request(self, request_id: str, *, timeout_s: float) -> bool:
+        """Stop the engine's work on `request_id`; False when it could not be sent in time."""
+        try:
+            await asyncio.wait_for(self.client.stop(request_id), timeout_s)
+        except Exception as error:  # Triton gone or slow: nothing more can be done from here
+            log.warning("could not stop engine request %s: %r", request_id, error)
+            return False
+        return True

@@ -150,10 +150,16 @@ class TritonLLMClient:
 
         return self._client._client_stub.ModelStreamInfer(messages())
 
-    async def stream(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
-        """Yield each response as it arrives; the last one has `final=True`."""
+    async def stream(
+        self, request: GenerationRequest, *, stop_on_exit: bool = True
+    ) -> AsyncGenerator[Chunk, None]:
+        """Yield each response as it arrives; the last one has `final=True`.
+
+        With `stop_on_exit=False` a stream left early is only cancelled: the caller sends the
+        engine's `stop` itself (the api does, from a task that no cancellation can interrupt).
+        """
         call = self._open(request.model, request.request_id, build_inputs(request))
-        finished = False
+        finished = not stop_on_exit
         try:
             async for response in call:
                 if response.error_message:

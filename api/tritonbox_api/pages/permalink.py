@@ -15,10 +15,10 @@ from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from tritonbox_api import snippets
 from tritonbox_api.db.crud import as_utc
 from tritonbox_api.db.models import Prediction
 from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_common import snippets
 
 # Shown with the prompt, not in the settings table.
 _PROMPT_KEYS = ("prompt", "messages", "engine_prompt")

@@ -1,4 +1,5 @@
-"""What the generation routes share: starting a prediction and the headers that point to it."""
+"""What the generation routes share: starting a prediction, watching its client, and the
+headers that point to it."""
 
 from __future__ import annotations
 
@@ -7,13 +8,48 @@ import logging
 from typing import Any
 
 from fastapi import Request
+from starlette.types import Receive
 
 from tritonbox_api.db.models import Source
 from tritonbox_api.deps import Services
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.runner import Started, begin
+from tritonbox_api.service.running import RunningPrediction
 
 log = logging.getLogger(__name__)
+
+
+class DisconnectWatcher:
+    """Cancels a request's prediction as soon as its client disconnects.
+
+    Started when the request is accepted, not once the first token is out: a client that leaves
+    while its prompt is prefilled or its request waits in the engine's queue must stop it too.
+    Starlette's responses only notice a gone client when a write fails, which for a slow
+    generation can be long after; the body is read by now, so the next message from the server
+    is the disconnect itself (uvicorn wakes every reader of `receive` with it).
+    """
+
+    def __init__(self, receive: Receive) -> None:
+        self._running: RunningPrediction | None = None
+        self.disconnected = False
+        self._task = asyncio.create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.disconnected = True
+        if self._running is not None:
+            self._running.cancel("its client disconnected")
+
+    def attach(self, running: RunningPrediction) -> None:
+        self._running = running
+        if self.disconnected:
+            running.cancel("its client disconnected")
+        if running.producer is not None:
+            running.producer.add_done_callback(lambda _: self.close())
+
+    def close(self) -> None:
+        self._task.cancel()
 
 
 async def start(
@@ -24,37 +60,25 @@ async def start(
     source: Source,
     sent: dict[str, Any],
     stream: bool,
+    max_tokens_given: bool | None = None,
 ) -> Started:
     """Begin a prediction that is cancelled as soon as its client disconnects."""
-    started = await begin(
-        params,
-        loader=services.engine,
-        predictions=services.predictions,
-        max_beam_width=services.settings.max_beam_width,
-        source=source,
-        sent=sent,
-        stream=stream,
-    )
-    _cancel_on_disconnect(request, started)
-    return started
-
-
-def _cancel_on_disconnect(request: Request, started: Started) -> None:
-    # Starlette's responses only notice a gone client when a write fails, which for a slow
-    # generation can be long after; the body is read by now, so the next message from the
-    # server is the disconnect itself.
-    producer = started.running.task
-    if producer is None or producer.done():
-        return
-
-    async def watch() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        log.info("client of prediction %s went away: cancelling it", started.id)
-        producer.cancel()
-
-    watcher = asyncio.create_task(watch())
-    producer.add_done_callback(lambda _: watcher.cancel())
+    watcher = DisconnectWatcher(request.receive)
+    try:
+        return await begin(
+            params,
+            loader=services.engine,
+            predictions=services.predictions,
+            max_beam_width=services.settings.max_beam_width,
+            source=source,
+            sent=sent,
+            stream=stream,
+            on_start=watcher.attach,
+            max_tokens_given=max_tokens_given,
+        )
+    except BaseException:
+        watcher.close()
+        raise
 
 
 def prediction_headers(services: Services, prediction_id: str) -> dict[str, str]:

@@ -147,8 +147,17 @@ async def _complete(
     except ValueError as error:
         raise invalid("prompt", str(error).removeprefix("prompt: ")) from None
     sent = body.model_dump(mode="json", exclude_unset=True)
+    # `generation()` always sets max_tokens: whether the client did decides if the default may
+    # be clamped to the engine's MAX_OUTPUT_LEN.
+    given = "max_tokens" in sent or "max_completion_tokens" in sent
     started = await start(
-        services, request, params, source=Source.OPENAI, sent=sent, stream=body.stream
+        services,
+        request,
+        params,
+        source=Source.OPENAI,
+        sent=sent,
+        stream=body.stream,
+        max_tokens_given=given,
     )
     shape = _Shape(chat, started)
     headers = prediction_headers(services, started.id)

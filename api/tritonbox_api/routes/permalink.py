@@ -24,6 +24,10 @@ async def permalink(prediction_id: str, services: ServicesDep) -> HTMLResponse:
         return HTMLResponse(render_not_found(prediction_id), status_code=404)
     settings = services.settings
     page = render_permalink(
-        row, public_url=settings.public_url, playground_url=settings.playground_url
+        row,
+        public_url=settings.public_url,
+        playground_url=settings.playground_url,
+        # With a key set, a snippet without the Authorization header would only get 401.
+        api_key_required=settings.api_key is not None,
     )
     return HTMLResponse(page)

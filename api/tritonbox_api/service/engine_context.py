@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonbox_api.triton_gateway import EngineInfo, TritonGateway
-from tritonbox_triton.tokenization import load_tokenizer
+from tritonbox_common.tokenization import load_tokenizer
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""Run predictions: one producer task per prediction streams from Triton, turns token ids into
-exact text, cuts stop words, and records the prediction from its start to its end.
+"""Run predictions: one producer task per prediction owns it from its start to its end.
 
-The producer is decoupled from the HTTP request that started it (it feeds a queue), so a
-prediction can be cancelled from anywhere (`cancel`, a client that goes away) and always ends
-with its row completed, whatever happened.
+The producer streams from Triton (in a child task, the only thing a cancellation interrupts),
+turns token ids into exact text, cuts stop words, and then, whatever ended the stream (the
+engine, a stop word, `cancel` from a route, a disconnect, shutdown, an error), runs the clean-up
+once and to its end: the engine's `stop` with a deadline, the row's completion, the concurrency
+slot and the in-flight gauge. Nobody else cancels or completes a prediction.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlmodel import Session
 
@@ -25,72 +26,34 @@ from tritonbox_api.db.session import Database
 from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.service.outcome import completed_in_memory, observe
 from tritonbox_api.service.prepare import PreparedGeneration
+from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.text.decoder import IncrementalDecoder
 from tritonbox_api.text.stop_words import StopStringMatcher
 from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
 from tritonbox_common.client import TritonRequestError
 
+__all__ = ["Ended", "Event", "PredictionService", "RunningPrediction"]
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# How long the engine's `stop` may take before the clean-up goes on without it.
+ENGINE_STOP_TIMEOUT_S = 5.0
 
 
-@dataclass
-class Ended:
-    """The last event of a prediction: its completed record."""
-
-    prediction: Prediction
-    retryable: bool = False  # failed because Triton was down or restarting
-
-
-Event = str | Ended  # a piece of output text, or the end
-
-
-@dataclass
-class RunningPrediction:
-    id: str
-    prepared: PreparedGeneration
-    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
-    task: asyncio.Task[None] | None = None
-
-    async def events(self) -> AsyncGenerator[Event, None]:
-        """Text pieces, then `Ended`. Leaving early cancels the prediction.
-
-        Pieces that queued up while the consumer was busy (a loaded event loop, a slow client)
-        come as one: a consumer that falls behind then pays for one chunk and one write instead
-        of one per token, and catches up. The text is the same, only cut in fewer pieces.
-        """
+async def _to_the_end(awaitable: Awaitable[T], on_cancel: Callable[[], object] | None = None) -> T:
+    """Await `awaitable` to its end even if the awaiting task is cancelled meanwhile (then
+    `on_cancel` is called, and the wait goes on)."""
+    task = asyncio.ensure_future(awaitable)
+    while True:
         try:
-            while True:
-                event = await self.queue.get()
-                end: Ended | None = None
-                if isinstance(event, str):
-                    event, end = self._coalesce(event)
-                yield event
-                if end is not None:
-                    yield end
-                if isinstance(event, Ended) or end is not None:
-                    return
-        finally:
-            if self.task is not None and not self.task.done():
-                self.task.cancel()
-
-    def _coalesce(self, text: str) -> tuple[str, Ended | None]:
-        """`text` joined with the pieces already queued behind it, and the end if it is there
-        too (kept apart: the end is never merged into text)."""
-        if self.queue.empty():  # the common case when keeping up: nothing to join
-            return text, None
-        pieces = [text]
-        while not self.queue.empty():
-            event = self.queue.get_nowait()
-            if isinstance(event, Ended):
-                return "".join(pieces), event
-            pieces.append(event)
-        return "".join(pieces), None
-
-    async def result(self) -> Prediction:
-        async for event in self.events():
-            if isinstance(event, Ended):
-                return event.prediction
-        raise AssertionError("a prediction always ends with Ended")
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                return task.result()
+            log.warning("a prediction's producer was cancelled: finishing its clean-up first")
+            if on_cancel is not None:
+                on_cancel()
 
 
 @dataclass
@@ -99,6 +62,15 @@ class _Progress:
     completion_tokens: int = 0
     time_to_first_token_s: float | None = None
     finish_reason: FinishReason | None = None
+    engine_opened: bool = False  # the request was sent to the engine
+    engine_finished: bool = False  # the engine ended the request itself (nothing to stop)
+
+
+@dataclass
+class _Outcome:
+    status: Status = Status.SUCCEEDED
+    error: str | None = None
+    retryable: bool = False
 
 
 class PredictionService:
@@ -115,6 +87,11 @@ class PredictionService:
         self._max_concurrent = max_concurrent
         self._log = log_predictions
         self._running: dict[str, RunningPrediction] = {}
+
+    @property
+    def running_ids(self) -> list[str]:
+        """The predictions holding a concurrency slot now."""
+        return list(self._running)
 
     def start(
         self,
@@ -146,23 +123,26 @@ class PredictionService:
             started_at=utc_now(),
         )
         running = RunningPrediction(id=record.id, prepared=prepared)
+        # The slot and the gauge are taken here and given back once, by the producer.
         self._running[record.id] = running
-        running.task = asyncio.create_task(self._produce(running, record, tokenizer))
+        metrics.IN_FLIGHT.inc()
+        running.producer = asyncio.create_task(self._produce(running, record, tokenizer))
         return running
 
-    async def cancel(self, prediction_id: str) -> bool:
-        """Cancel a running prediction and wait until its row is saved; False if not running."""
+    async def cancel(self, prediction_id: str, reason: str = "cancel requested") -> bool:
+        """Ask a running prediction to stop and wait until it has ended; False if not running."""
         running = self._running.get(prediction_id)
-        if running is None or running.task is None:
+        if running is None:
             return False
-        running.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(running.task)
+        running.cancel(reason)
+        await running.wait()
         return True
 
     async def cancel_all(self) -> None:
-        for prediction_id in list(self._running):
-            await self.cancel(prediction_id)
+        runs = list(self._running.values())
+        for running in runs:
+            running.cancel("the api is shutting down")
+        await asyncio.gather(*(running.wait() for running in runs), return_exceptions=True)
 
     def _insert(self, record: Prediction) -> asyncio.Task[Any] | None:
         if not self._log:
@@ -185,36 +165,55 @@ class PredictionService:
     async def _produce(
         self, running: RunningPrediction, record: Prediction, tokenizer: Any
     ) -> None:
-        metrics.IN_FLIGHT.inc()
-        inserted = self._insert(record)
         started = time.perf_counter()
         progress = _Progress()
-        status, error, retryable = Status.SUCCEEDED, None, False
+        outcome = _Outcome(status=Status.FAILED, error="internal error: the api failed")
+        final: Prediction | None = None
         try:
-            await self._generate(running, tokenizer, progress, started)
-        except asyncio.CancelledError:
-            status, progress.finish_reason = Status.CANCELED, FinishReason.CANCELED
-        except TritonUnavailableError as failure:
-            status, error, progress.finish_reason = Status.FAILED, str(failure), FinishReason.ERROR
-            retryable = True
-        except TritonRequestError as failure:
-            status, error, progress.finish_reason = Status.FAILED, str(failure), FinishReason.ERROR
-            # A restarting Triton answers "unknown model" before its models are back.
-            retryable = progress.completion_tokens == 0 and not await self._gateway.is_ready()
-        except Exception:
-            log.exception("prediction %s failed", running.id)
-            status, error = (
-                Status.FAILED,
-                "internal error: the api could not finish this prediction",
-            )
-            progress.finish_reason = FinishReason.ERROR
-        finally:
+            inserted = self._insert(record)
+            generation = asyncio.create_task(self._generate(running, tokenizer, progress, started))
+            running.attach(generation)
+            # Only the child is ever cancelled; should this task be (loop teardown), the child
+            # is stopped and the clean-up below still runs.
+            await _to_the_end(asyncio.wait([generation]), on_cancel=generation.cancel)
+            outcome = await _to_the_end(self._outcome(running, generation, progress))
+            if progress.engine_opened and not progress.engine_finished:
+                request_id = running.prepared.request.request_id
+                await _to_the_end(
+                    self._gateway.stop_request(request_id, timeout_s=ENGINE_STOP_TIMEOUT_S)
+                )
             total = time.perf_counter() - started
-            final = await self._complete(record, inserted, status, error, progress, total)
+            final = await _to_the_end(self._complete(record, inserted, outcome, progress, total))
+        except BaseException:
+            log.exception("prediction %s: clean-up failed", running.id)
+        finally:
+            if final is None:  # only a bug gets here; the row is completed at the next start
+                values = self._values(record, outcome, progress, time.perf_counter() - started)
+                final = completed_in_memory(record, values)
             self._running.pop(running.id, None)
             metrics.IN_FLIGHT.dec()
             observe(final)
-            running.queue.put_nowait(Ended(final, retryable))
+            running.end(Ended(final, outcome.retryable))
+
+    async def _outcome(
+        self, running: RunningPrediction, generation: asyncio.Task[None], progress: _Progress
+    ) -> _Outcome:
+        if generation.cancelled():
+            progress.finish_reason = FinishReason.CANCELED
+            return _Outcome(Status.CANCELED)
+        failure = generation.exception()
+        if failure is None:
+            return _Outcome(Status.SUCCEEDED)
+        progress.finish_reason = FinishReason.ERROR
+        if isinstance(failure, TritonUnavailableError):
+            return _Outcome(Status.FAILED, str(failure), retryable=True)
+        if isinstance(failure, TritonRequestError):
+            progress.engine_finished = True  # an error response is the request's last
+            # A restarting Triton answers "unknown model" before its models are back.
+            retryable = progress.completion_tokens == 0 and not await self._gateway.is_ready()
+            return _Outcome(Status.FAILED, str(failure), retryable)
+        log.error("prediction %s failed", running.id, exc_info=failure)
+        return _Outcome(Status.FAILED, "internal error: the api could not finish this prediction")
 
     async def _generate(
         self, running: RunningPrediction, tokenizer: Any, progress: _Progress, started: float
@@ -229,8 +228,10 @@ class PredictionService:
                 running.queue.put_nowait(text)
 
         request = prepared.request
+        progress.engine_opened = True
         async with contextlib.aclosing(self._gateway.stream(request)) as chunks:
             async for chunk in chunks:
+                progress.engine_finished = chunk.final
                 if not chunk.ids:
                     continue
                 if progress.time_to_first_token_s is None:
@@ -238,7 +239,8 @@ class PredictionService:
                 progress.completion_tokens += len(chunk.ids)
                 emit(matcher.push(decoder.push(chunk.ids)))
                 if matcher.stopped:
-                    # Closing the stream (leaving this block) stops the engine's request too.
+                    # The api's exact-text match is the one rule for stop words: the producer
+                    # stops the engine's request once this stream is closed.
                     progress.finish_reason = FinishReason.STOP_WORD
                     return
         emit(matcher.push(decoder.flush()))
@@ -250,25 +252,30 @@ class PredictionService:
         else:
             progress.finish_reason = FinishReason.STOP
 
-    async def _complete(
-        self,
-        record: Prediction,
-        inserted: asyncio.Task[Any] | None,
-        status: Status,
-        error: str | None,
-        progress: _Progress,
-        total_time_s: float,
-    ) -> Prediction:
-        values: dict[str, Any] = dict(
+    @staticmethod
+    def _values(
+        record: Prediction, outcome: _Outcome, progress: _Progress, total_time_s: float
+    ) -> dict[str, Any]:
+        return dict(
             id=record.id,
-            status=status,
+            status=outcome.status,
             output="".join(progress.output),
             finish_reason=progress.finish_reason,
-            error=error,
+            error=outcome.error,
             completion_tokens=progress.completion_tokens,
             time_to_first_token_s=progress.time_to_first_token_s,
             total_time_s=total_time_s,
         )
+
+    async def _complete(
+        self,
+        record: Prediction,
+        inserted: asyncio.Task[Any] | None,
+        outcome: _Outcome,
+        progress: _Progress,
+        total_time_s: float,
+    ) -> Prediction:
+        values = self._values(record, outcome, progress, total_time_s)
         if inserted is None:
             return completed_in_memory(record, values)
 
@@ -276,9 +283,8 @@ class PredictionService:
             return crud.complete_prediction(session=session, **values)
 
         try:
-            # Shielded: a second cancellation must not lose the row's ending.
-            await asyncio.shield(inserted)
-            return await asyncio.shield(self._database.run(complete))
+            await inserted
+            return await self._database.run(complete)
         except Exception:
             log.exception("could not save prediction %s", record.id)
             return completed_in_memory(record, values)

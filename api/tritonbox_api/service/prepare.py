@@ -77,10 +77,19 @@ async def count_prompt_tokens(context: EngineContext, prompt: str) -> int:
 
 
 async def prepare(
-    params: GenerationInput, context: EngineContext, *, max_beam_width: int, stream: bool
+    params: GenerationInput,
+    context: EngineContext,
+    *,
+    max_beam_width: int,
+    stream: bool,
+    max_tokens_given: bool | None = None,
 ) -> PreparedGeneration:
+    """`max_tokens_given`: whether the client chose max_tokens (by default, whether `params`
+    has it set; a route that builds `params` itself knows better)."""
     limit = context.info.max_output_len
-    if "max_tokens" not in params.model_fields_set and params.max_tokens > limit:
+    if max_tokens_given is None:
+        max_tokens_given = "max_tokens" in params.model_fields_set
+    if not max_tokens_given and params.max_tokens > limit:
         # The default must work on every engine: a small one gets its own maximum instead.
         params = params.model_copy(update={"max_tokens": limit})
     if params.max_tokens > limit:
@@ -134,7 +143,10 @@ async def prepare(
         prompt=prompt,
         max_tokens=params.max_tokens,
         stream=True,  # the api always streams from the engine; it buffers for non-streaming clients
-        stop_words=stop_words,
+        # Stop words stay here: the api's exact-text matcher is their one rule. The engine would
+        # only see token ids, a looser rule that ended answers where the text does not appear;
+        # the api stops the engine's request itself when its matcher finds a word.
+        stop_words=(),
         bad_words=bad_words,
         sampling=sampling,
     )

@@ -6,7 +6,7 @@ Waiting for the first event before answering lets a route still send a proper st
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,8 +14,9 @@ from tritonbox_api.db.models import Source
 from tritonbox_api.protocol.errors import unavailable
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.engine_context import EngineContextLoader
-from tritonbox_api.service.predictions import Ended, Event, PredictionService, RunningPrediction
+from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.service.prepare import prepare
+from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.triton_gateway import TritonUnavailableError
 
 
@@ -39,6 +40,7 @@ class Started:
             async for event in self._rest:
                 yield event
         finally:
+            self.running.cancel("its consumer left")  # a no-op once it has ended
             await self._rest.aclose()
 
     async def result(self) -> Ended:
@@ -57,17 +59,31 @@ async def begin(
     source: Source,
     sent: dict[str, Any],
     stream: bool,
+    on_start: Callable[[RunningPrediction], None] = lambda running: None,
+    max_tokens_given: bool | None = None,
 ) -> Started:
+    """Start a prediction; `on_start` sees it before its first event is awaited."""
     try:
         context = await loader.get()
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
-    prepared = await prepare(params, context, max_beam_width=max_beam_width, stream=stream)
+    prepared = await prepare(
+        params,
+        context,
+        max_beam_width=max_beam_width,
+        stream=stream,
+        max_tokens_given=max_tokens_given,
+    )
     running = predictions.start(
         prepared, tokenizer=context.tokenizer, source=source, model=context.model_name, sent=sent
     )
     rest = running.events()
-    first = await anext(rest)
+    try:
+        on_start(running)
+        first = await anext(rest)
+    except BaseException:
+        running.cancel("its request failed before the first event")
+        raise
     if isinstance(first, Ended) and first.retryable:
         refusal = unavailable(
             f"the engine is unavailable ({first.prediction.error}); prediction "

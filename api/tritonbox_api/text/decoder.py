@@ -13,6 +13,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 _REPLACEMENT = "\ufffd"
+# The longest window held while its text ends in U+FFFD. Real text needs far less (the longest
+# emoji sequence of byte tokens is about 25 ids); past it, the ids are invalid bytes, not a
+# character still arriving: the window is released as decoded (U+FFFD, as decoding everything at
+# once renders them) and moves on. Unbounded, 2 000 stray byte tokens grew the window to all of
+# them, each push decoding it again: 2M ids decoded, on the event loop.
+MAX_WINDOW_IDS = 64
 
 
 class Detokenizer(Protocol):
@@ -90,6 +96,8 @@ class IncrementalDecoder:
             if new:
                 self._advance()
             return self._emit(new)
+        if len(self._ids) - self._prefix_offset > MAX_WINDOW_IDS:
+            return self.flush()
         # Text before the incomplete character cannot change any more: release it now. All the
         # trailing U+FFFD go, since SentencePiece's byte fallback renders every byte of an
         # unfinished run as one.

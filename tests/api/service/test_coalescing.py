@@ -84,6 +84,9 @@ class _BurstGateway:
     async def is_ready(self) -> bool:
         return True
 
+    async def stop_request(self, request_id: str, *, timeout_s: float) -> bool:
+        return True
+
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
@@ -109,8 +112,8 @@ def test_a_backlog_streams_the_exact_output_without_stop_words(
         running = service.start(
             prepared, tokenizer=tokenizer, source=Source.API, model="m", sent={}
         )
-        assert running.task is not None
-        await running.task  # every piece is queued before the consumer reads one
+        assert running.producer is not None
+        await running.producer  # every piece is queued before the consumer reads one
         return [event async for event in running.events()]
 
     events = asyncio.run(scenario())

@@ -18,8 +18,8 @@ from tritonbox_api.service.prepare import (
     prepare,
 )
 from tritonbox_api.triton_gateway import EngineInfo
+from tritonbox_common.tokenization import load_tokenizer
 from tritonbox_triton.prepare_model import prepare_default_model
-from tritonbox_triton.tokenization import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[3]
 

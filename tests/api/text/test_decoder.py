@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tritonbox_api.text.decoder import IncrementalDecoder
+from tritonbox_api.text.decoder import MAX_WINDOW_IDS, IncrementalDecoder
 
 TEXTS = [
     "Hello, world! The quick brown fox jumps over the lazy dog.",
@@ -215,3 +215,24 @@ def test_the_rust_decode_is_used_only_where_it_equals_the_public_one(tokenizer: 
     decoder = IncrementalDecoder(custom)
     assert decoder._direct is None
     assert decoder._decode(encode(tokenizer, "Hello")) == "custom"
+
+
+def stray_byte(tokenizer: Any) -> int:
+    """An id that decodes to a lone UTF-8 continuation byte (never valid on its own)."""
+    sentencepiece = tokenizer.convert_tokens_to_ids("<0x80>")
+    if isinstance(sentencepiece, int) and sentencepiece != tokenizer.unk_token_id:
+        return sentencepiece
+    (byte_level,) = tokenizer.convert_tokens_to_ids(["Ģ"])  # GPT-2's character for byte 0x80
+    return int(byte_level)
+
+
+def test_stray_bytes_keep_the_window_short(tokenizer: Any) -> None:
+    # 2 000 invalid bytes used to grow the window to all of them: 2M ids decoded in total.
+    stray = stray_byte(tokenizer)
+    assert expected(tokenizer, [stray]) == "\ufffd"
+    ids = encode(tokenizer, "Hi") + [stray] * 2000 + encode(tokenizer, " there 👋🏽")
+    counting = CountingTokenizer(tokenizer)
+    decoder = IncrementalDecoder(counting)
+    text = "".join(stream(decoder, fixed_chunks(ids, 1)))
+    assert text == expected(tokenizer, ids)
+    assert counting.longest <= MAX_WINDOW_IDS + 1

@@ -1,0 +1,109 @@
+"""A prediction while it runs, as its consumers see it: its events, and a way to ask it to stop.
+
+Consumers (a route's response, a POST cancel, a disconnect watcher, shutdown) never end a
+prediction themselves: `cancel()` only asks, and the prediction's producer task (see
+`PredictionService`) does the stopping, recording and releasing, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+
+from tritonbox_api.db.models import Prediction
+from tritonbox_api.service.prepare import PreparedGeneration
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Ended:
+    """The last event of a prediction: its completed record."""
+
+    prediction: Prediction
+    retryable: bool = False  # failed because Triton was down or restarting
+
+
+Event = str | Ended  # a piece of output text, or the end
+
+
+@dataclass(eq=False)
+class RunningPrediction:
+    id: str
+    prepared: PreparedGeneration
+    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    # Set by the producer: the engine stream, the one thing a cancellation may interrupt.
+    generation: asyncio.Task[None] | None = None
+    producer: asyncio.Task[None] | None = None
+    cancel_reason: str | None = None
+    ended: Ended | None = None
+
+    def cancel(self, reason: str) -> None:
+        """Ask the prediction to stop; idempotent, from any task, before or after it started."""
+        if self.cancel_reason is not None or self.ended is not None:
+            return
+        self.cancel_reason = reason
+        log.info("prediction %s: cancelling (%s)", self.id, reason)
+        if self.generation is not None:
+            self.generation.cancel()
+
+    def attach(self, generation: asyncio.Task[None]) -> None:
+        """The producer's engine stream; a cancel that came first applies to it at once."""
+        self.generation = generation
+        if self.cancel_reason is not None:
+            generation.cancel()
+
+    def end(self, ended: Ended) -> None:
+        self.ended = ended
+        self.queue.put_nowait(ended)
+
+    async def wait(self) -> Ended:
+        """The end, without consuming the events (POST cancel, shutdown)."""
+        if self.producer is not None:
+            # Shielded: the waiter may be cancelled (its client left); the producer must not.
+            await asyncio.shield(self.producer)
+        assert self.ended is not None, "the producer always ends its prediction"
+        return self.ended
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        """Text pieces, then `Ended`. Leaving early (a client gone) cancels the prediction.
+
+        Pieces that queued up while the consumer was busy (a loaded event loop, a slow client)
+        come as one: a consumer that falls behind then pays for one chunk and one write instead
+        of one per token, and catches up. The text is the same, only cut in fewer pieces.
+        """
+        try:
+            while True:
+                event = await self.queue.get()
+                end: Ended | None = None
+                if isinstance(event, str):
+                    event, end = self._coalesce(event)
+                yield event
+                if end is not None:
+                    yield end
+                if isinstance(event, Ended) or end is not None:
+                    return
+        finally:
+            # Synchronous on purpose: a generator closed by a cancellation must not await.
+            self.cancel("its consumer left")
+
+    def _coalesce(self, text: str) -> tuple[str, Ended | None]:
+        """`text` joined with the pieces already queued behind it, and the end if it is there
+        too (kept apart: the end is never merged into text)."""
+        if self.queue.empty():  # the common case when keeping up: nothing to join
+            return text, None
+        pieces = [text]
+        while not self.queue.empty():
+            event = self.queue.get_nowait()
+            if isinstance(event, Ended):
+                return "".join(pieces), event
+            pieces.append(event)
+        return "".join(pieces), None
+
+    async def result(self) -> Prediction:
+        async for event in self.events():
+            if isinstance(event, Ended):
+                return event.prediction
+        raise AssertionError("a prediction always ends with Ended")
