@@ -3,7 +3,7 @@
 In one run, against one tritonserver with the synthetic engine (ENGINE=synthetic: no model, a
 token every --interval seconds per request, so the load is not bounded by a real model), at each
 concurrency (1, 16, 64) the same requests go
-- directly to Triton over gRPC (`tritonbox_triton.client`, the api's own client),
+- directly to Triton over gRPC (`tritonbox_common.client`, the api's own client),
 - to Triton's HTTP `POST /v2/models/ensemble/generate_stream` (SSE, one event per token),
 - through the api's `POST /v1/completions` (OpenAI SSE, `include_usage`), logging on,
 - through a second api process started with LOG_PREDICTIONS=false.
@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from tritonbox_api.settings import ApiSettings
-from tritonbox_triton.client import GenerationRequest, TritonLLMClient
+from tritonbox_common.client import GenerationRequest, TritonLLMClient
 from tritonbox_triton.render import render_repository
 from tritonbox_triton.server import TritonServer
 from tritonbox_triton.settings import TritonSettings

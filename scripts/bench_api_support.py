@@ -147,7 +147,7 @@ def report(
         f"{args.waves} requests (at least {args.min_requests}; requests per batch {requests}), "
         "each path warmed up first, then the paths in round-robin, a different one first each "
         f"time, {args.repeats} batches per path and concurrency.",
-        "- **Paths**: gRPC with the api's own client (`tritonbox_triton.client`, one channel); "
+        "- **Paths**: gRPC with the api's own client (`tritonbox_common.client`, one channel); "
         "Triton's `POST /v2/models/ensemble/generate_stream` (SSE, one event per token; tokens = "
         "sum of `sequence_length`); the api's `POST /v1/completions` with `stream: true` and "
         "`stream_options.include_usage` (tokens = the final chunk's `usage.completion_tokens`) "

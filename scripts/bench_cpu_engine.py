@@ -32,7 +32,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from tritonbox_triton.client import Generation, GenerationRequest, TritonLLMClient
+from tritonbox_common.client import Generation, GenerationRequest, TritonLLMClient
 from tritonbox_triton.render import render_repository
 from tritonbox_triton.server import TritonServer
 from tritonbox_triton.settings import TritonSettings

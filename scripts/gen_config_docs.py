@@ -1,12 +1,12 @@
 """Regenerate `.env.example` and README.md's tables: settings (from the settings classes) and
-generation parameters (from tritonbox_api.parameters)."""
+generation parameters (from tritonbox_common.parameters)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tritonbox_api.parameter_docs import parameter_table
-from tritonbox_triton.config_docs import env_example, markdown_table, with_table
+from tritonbox_common.config_docs import env_example, markdown_table, with_table
 
 REPO = Path(__file__).resolve().parent.parent
 

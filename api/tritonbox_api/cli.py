@@ -8,7 +8,7 @@ import uvicorn
 
 from tritonbox_api.main import create_app
 from tritonbox_api.settings import ApiSettings
-from tritonbox_triton.service_cli import serve_settings
+from tritonbox_common.service_cli import serve_settings
 
 # Probed every few seconds by compose healthchecks, scripts/up and Prometheus: their access lines
 # would bury the requests people make.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tritonbox_api.parameters import ALL_PARAMETERS
+from tritonbox_common.parameters import ALL_PARAMETERS
 
 
 def parameter_table() -> str:

@@ -1,8 +1,9 @@
 """Reject unknown keys in `.env`: with `extra="ignore"` a typo would silently keep a default.
 
 Every service's settings class reads the same `.env`, so a key is known when any of them has a
-field for it. Each service registers its class under the `tritonbox.settings` entry point group
-(pyproject.toml), so this package need not import the others.
+field for it. Each service's distribution registers its class under the `tritonbox.settings`
+entry point group (its pyproject.toml), so this shared package imports none of them, and a
+service installed alone (one container image) knows its own keys only.
 """
 
 from __future__ import annotations
@@ -16,18 +17,19 @@ from typing import Any, TypeVar
 from dotenv.parser import parse_stream
 from pydantic_settings import BaseSettings
 
-from tritonbox_triton.settings import TritonSettings
-
 ENTRY_POINT_GROUP = "tritonbox.settings"
+SERVICE_ORDER = ("triton", "api", "playground")
 # The same `.env` feeds `docker compose`, whose own variables start with this.
 COMPOSE_PREFIX = "COMPOSE_"
 
 
 def settings_classes() -> tuple[type[BaseSettings], ...]:
-    """Every installed service's settings class, Triton's first, in a stable order."""
-    found = {point.name: point.load() for point in entry_points(group=ENTRY_POINT_GROUP)}
-    found.pop("triton", None)
-    return (TritonSettings, *(found[name] for name in sorted(found)))
+    """Every installed service's settings class, in pipeline order (triton, api, playground),
+    then any other by name: generated docs list them in that order."""
+    found = {point.name: point for point in entry_points(group=ENTRY_POINT_GROUP)}
+    order = {name: rank for rank, name in enumerate(SERVICE_ORDER)}
+    names = sorted(found, key=lambda name: (order.get(name, len(order)), name))
+    return tuple(found[name].load() for name in names)
 
 
 class EnvFileError(ValueError):

@@ -14,8 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
-from tritonbox_triton.word_lists import MAX_WORDS
-
+MAX_WORDS = 32  # per stop-word or bad-word list
 MAX_WORD_CHARS = 256
 MAX_PROMPT_CHARS = 200_000  # a first, cheap bound; the token count is checked against the engine
 

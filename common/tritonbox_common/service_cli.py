@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tritonbox_triton.env_file import EnvFileError, SettingsT, load_service_settings
+from tritonbox_common.env_file import EnvFileError, SettingsT, load_service_settings
 
 
 def serve_settings(

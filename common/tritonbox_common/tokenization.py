@@ -14,8 +14,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from tritonbox_triton.errors import RequestError
-from tritonbox_triton.word_lists import encode_word_list, stack_word_lists
+from tritonbox_common.errors import RequestError
+from tritonbox_common.word_lists import encode_word_list, stack_word_lists
 
 Int32Array = npt.NDArray[np.int32]
 ObjectArray = npt.NDArray[np.object_]

@@ -18,7 +18,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-MAX_WORDS = 32
+from tritonbox_common.parameters import MAX_WORDS
+
 MAX_WORD_TOKENS = 32
 
 NO_WORDS: tuple[tuple[int], tuple[int]] = ((0,), (-1,))

@@ -11,7 +11,7 @@ from typing import Any
 
 import gradio as gr
 
-from tritonbox_api import snippets
+from tritonbox_common import snippets
 from tritonbox_playground import display
 from tritonbox_playground.api_client import ApiClient, PlaygroundError, Prediction, Started
 from tritonbox_playground.form import CHAT_MODE, FIELDS, from_prediction, generation_input

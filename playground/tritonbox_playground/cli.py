@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tritonbox_common.service_cli import serve_settings
 from tritonbox_playground.settings import PlaygroundSettings
-from tritonbox_triton.service_cli import serve_settings
 
 
 def launch_options(settings: PlaygroundSettings) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The playground's form: which parameters it shows, and how its values become the api's
 `input` and come back from a saved prediction.
 
-Names, defaults, limits and hints all come from tritonbox_api.parameters (one definition for
+Names, defaults, limits and hints all come from tritonbox_common.parameters (one definition for
 the api, its docs and this page); only the labels are the playground's own.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritonbox_api import parameters as p
+from tritonbox_common import parameters as p
 from tritonbox_playground.api_client import PlaygroundError, Prediction
 
 PROMPT_MODE, CHAT_MODE = "Prompt", "Chat"

@@ -1,6 +1,6 @@
 """The playground page's components and where they sit; app.py wires their events.
 
-Every control takes its name, default, limits and hint from tritonbox_api.parameters through
+Every control takes its name, default, limits and hint from tritonbox_common.parameters through
 form.py, so the page always shows what the api enforces.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import gradio as gr
 
-from tritonbox_api import parameters as p
+from tritonbox_common import parameters as p
 from tritonbox_playground import display
 from tritonbox_playground.form import (
     CHAT_MODE,

@@ -41,8 +41,22 @@ def wait_for(check: Any, timeout_s: float = 30.0) -> Any:
     raise AssertionError("timed out waiting")
 
 
-def read_some_then_leave(url: str, path: str, body: dict[str, Any], chunks: int = 3) -> str:
-    """Stream, read a few chunks, then drop the connection; returns the prediction id."""
+def engine_active(triton: Any) -> float:
+    """TensorRT-LLM backend's active-request gauge (the cpu engine reports it too)."""
+    text = httpx.get(triton.metrics_url, timeout=5).text
+    for line in text.splitlines():
+        if line.startswith("nv_trt_llm_request_metrics{") and 'request_type="active"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no nv_trt_llm_request_metrics active gauge on Triton's /metrics")
+
+
+def wait_engine_idle(triton: Any, timeout_s: float = 120.0) -> None:
+    # An earlier test may have left a short request finishing (a killed api cannot stop it).
+    wait_for(lambda: engine_active(triton) == 0, timeout_s)
+
+
+def drop_after_chunks(url: str, path: str, body: dict[str, Any], chunks: int = 2) -> str:
+    """Stream, read `chunks` chunks, then drop the connection; returns the prediction id."""
     with (
         httpx.Client(base_url=url, timeout=60) as client,
         client.stream("POST", path, json=body) as response,
@@ -55,35 +69,40 @@ def read_some_then_leave(url: str, path: str, body: dict[str, Any], chunks: int 
     return prediction_id
 
 
-@pytest.mark.parametrize(
-    ("path", "body"),
-    [
-        ("/predict", LONG),
-        ("/v1/predictions", {"input": LONG, "stream": True}),
-        (
-            "/v1/chat/completions",
-            {
-                "model": "SmolLM2-135M-Instruct",
-                "messages": [{"role": "user", "content": LONG["prompt"]}],
-                "max_tokens": 400,
-                "stream": True,
-            },
-        ),
-    ],
-)
-def test_a_client_that_disconnects_cancels_the_prediction(
-    api_server: Any, api: httpx.Client, path: str, body: dict[str, Any]
-) -> None:
-    prediction_id = read_some_then_leave(api_server.url, path, body)
-    saved = wait_for(
-        lambda: (r := row(api_server.database_path, prediction_id))["status"] == "canceled" and r
-    )
-    assert saved["finish_reason"] == "canceled"
-    assert saved["completion_tokens"] < 400
-    # The engine stopped too: the next request is served at once, not after 400 tokens.
+def seconds_until_idle(triton: Any, limit_s: float = 10.0) -> float:
+    """From now until the engine's active requests are back to 0 (polled every 10 ms)."""
     started = time.monotonic()
-    assert api.post("/predict", json={"prompt": "Hi", "max_tokens": 2, "stream": False}).is_success
-    assert time.monotonic() - started < 15
+    while engine_active(triton) > 0:
+        assert time.monotonic() - started < limit_s, "the engine kept generating"
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+CHAT = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": LONG["prompt"]}]}
+STREAMS = {
+    "/predict": LONG,
+    "/v1/predictions": {"input": LONG, "stream": True},
+    "/v1/completions": {"model": CHAT["model"], **LONG, "stream": True},
+    "/v1/chat/completions": {**CHAT, "max_tokens": 400, "min_tokens": 400, "stream": True},
+}
+
+
+@pytest.mark.parametrize("path", list(STREAMS))
+def test_a_client_that_disconnects_stops_the_engine_within_a_second(
+    api_server: Any, triton_server: Any, path: str
+) -> None:
+    wait_engine_idle(triton_server)
+    prediction_id = drop_after_chunks(api_server.url, path, STREAMS[path])
+    # The oracle is the engine's own gauge, not the row: the row said `canceled` even while the
+    # engine generated all 400 tokens for nobody.
+    took = seconds_until_idle(triton_server)
+    print(f"{path}: client dropped -> engine active 0 after {took:.3f} s")
+    assert took < 1.0, f"{path}: the engine stayed busy {took:.2f} s after the client left"
+    saved = wait_for(
+        lambda: (r := row(api_server.database_path, prediction_id))["status"] != "processing" and r
+    )
+    assert saved["status"] == "canceled" and saved["finish_reason"] == "canceled"
+    assert saved["completion_tokens"] < 400
 
 
 def test_non_streaming_client_that_leaves_cancels(api_server: Any) -> None:

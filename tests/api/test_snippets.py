@@ -6,7 +6,7 @@ import ast
 import json
 import shlex
 
-from tritonbox_api import snippets
+from tritonbox_common import snippets
 
 BODY = {
     "prompt": 'Say "hi" to O\'Brien\n',

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tritonbox_api import parameters as p
+from tritonbox_common import parameters as p
 from tritonbox_playground.api_client import PlaygroundError, Prediction
 from tritonbox_playground.form import (
     CHAT_MODE,

@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from tritonbox_api.settings import ApiSettings
+from tritonbox_common.env_file import EnvFileError, load_service_settings
 from tritonbox_playground.cli import launch_options, main
 from tritonbox_playground.settings import PlaygroundSettings
-from tritonbox_triton.env_file import EnvFileError, load_service_settings
 
 FACTORY: Any = PlaygroundSettings
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritonbox_triton.config_docs import env_example, markdown_table, with_table
-from tritonbox_triton.env_file import check_env_file, known_env_keys
+from tritonbox_common.config_docs import env_example, markdown_table, with_table
+from tritonbox_common.env_file import check_env_file, known_env_keys
 
 REPO = Path(__file__).resolve().parents[2]
 REGENERATE = "run `.venv/bin/python scripts/gen_config_docs.py`"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic_settings import BaseSettings
 
-from tritonbox_triton.env_file import (
+from tritonbox_common.env_file import (
     EnvFileError,
     check_env_file,
     known_env_keys,

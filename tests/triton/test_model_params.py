@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonbox_triton.model_params import (
+from tritonbox_common.model_params import (
     ParameterError,
     bool_parameter,
     config_parameters,

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from tritonbox_testing.ports import free_ports
 
-from tritonbox_triton.server import READY_MODELS, TritonServer, TritonServerError
+from tritonbox_common.ensemble import READY_MODELS
+from tritonbox_triton.server import TritonServer, TritonServerError
 from tritonbox_triton.server_setup import (
     check_ports_free,
     install_backends,

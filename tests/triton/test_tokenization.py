@@ -8,8 +8,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tritonbox_triton.errors import RequestError
-from tritonbox_triton.tokenization import (
+from tritonbox_common.errors import RequestError
+from tritonbox_common.tokenization import (
     PreprocessingLimits,
     TokenIds,
     decode_outputs,

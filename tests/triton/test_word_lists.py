@@ -8,9 +8,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tritonbox_triton.word_lists import (
+from tritonbox_common.parameters import MAX_WORDS
+from tritonbox_common.word_lists import (
     MAX_WORD_TOKENS,
-    MAX_WORDS,
     decode_word_list,
     encode_word_list,
     pack_word_ids,

@@ -15,8 +15,9 @@ from types import FrameType
 
 from pydantic import ValidationError
 
+from tritonbox_common.env_file import EnvFileError, load_service_settings
+
 from .engine_check import EngineCheckError, check_gpus, visible_gpus
-from .env_file import EnvFileError, load_service_settings
 from .fetch import FetchError, fetch, parse_source
 from .prepare_model import ModelPreparationError, prepare_default_model
 from .render import RenderError, render_repository

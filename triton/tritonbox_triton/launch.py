@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritonbox_triton.render import ENGINE_MODEL
+from tritonbox_common.ensemble import ENGINE_MODEL
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
 
 # Open streams hold shutdown for this long; Triton's default (30 s) stalls every restart.

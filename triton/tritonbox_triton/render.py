@@ -13,13 +13,13 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from tritonbox_common.ensemble import ENGINE_MODEL, ENSEMBLE_MODEL, PIPELINE_MODELS
 from tritonbox_triton.engine_check import EngineCheckError, check_engine
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
 
 log = logging.getLogger(__name__)
 
-ENSEMBLE_MODELS = ("ensemble", "preprocessing", "postprocessing")
-ENGINE_MODEL = "tensorrt_llm"
+ENSEMBLE_MODELS = (ENSEMBLE_MODEL, *PIPELINE_MODELS)
 # The folder each flavour's engine step is rendered from; it is always served as ENGINE_MODEL.
 ENGINE_TEMPLATES = {
     EngineFlavour.TRTLLM: "tensorrt_llm",

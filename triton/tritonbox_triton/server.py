@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from tritonbox_common.ensemble import READY_MODELS
+
 from .launch import server_command
 from .server_setup import (
     TritonServerError,
@@ -31,11 +33,10 @@ from .server_setup import (
 )
 from .settings import TritonSettings
 
-__all__ = ["READY_MODELS", "TritonServer", "TritonServerError"]
+__all__ = ["TritonServer", "TritonServerError"]
 
 log = logging.getLogger(__name__)
 
-READY_MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
 # Readiness polls go straight to the server: an http_proxy in the environment must not see them.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

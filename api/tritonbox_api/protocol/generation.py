@@ -6,7 +6,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tritonbox_api import parameters as p
+from tritonbox_common import parameters as p
 
 MAX_MESSAGES = 256
 

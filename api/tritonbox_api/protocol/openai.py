@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tritonbox_api import parameters as p
 from tritonbox_api.protocol.generation import MAX_MESSAGES, ChatMessage, GenerationInput
+from tritonbox_common import parameters as p
 
 
 class StreamOptions(BaseModel):

@@ -9,7 +9,7 @@ from pathlib import Path
 from tritonbox_testing.entrypoint import serve_environment, serving
 from tritonbox_testing.ports import free_ports
 
-from tritonbox_triton.client import GenerationRequest, TritonLLMClient
+from tritonbox_common.client import GenerationRequest, TritonLLMClient
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -17,7 +17,7 @@ import torch
 import tritonclient.grpc as grpcclient
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tritonbox_triton.client import (
+from tritonbox_common.client import (
     Generation,
     GenerationRequest,
     TritonLLMClient,
@@ -67,6 +67,10 @@ def generate(url: str, request: GenerationRequest) -> Generation:
     if isinstance(result, BaseException):
         raise result
     return result
+
+
+# TensorRT-LLM backend's active-request gauge, which the cpu engine reports too.
+ACTIVE = 'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active"'
 
 
 def metric(metrics_url: str, line_prefix: str) -> float:
@@ -192,7 +196,7 @@ def test_client_cancellation_stops_generation(
     metrics = triton_server.metrics_url
     # Start idle: a request orphaned by an earlier test (its client killed) may still finish.
     deadline = time.monotonic() + 120
-    while metric(metrics, "tritonbox_engine_running_requests") and time.monotonic() < deadline:
+    while metric(metrics, ACTIVE) and time.monotonic() < deadline:
         time.sleep(0.5)
     cancelled_metric = 'tritonbox_engine_finished_requests_total{outcome="cancelled"}'
     before = metric(metrics, cancelled_metric)
@@ -220,7 +224,7 @@ def test_client_cancellation_stops_generation(
     while metric(metrics, cancelled_metric) < before + 1 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert metric(metrics, cancelled_metric) == before + 1
-    assert metric(metrics, "tritonbox_engine_running_requests") == 0
+    assert metric(metrics, ACTIVE) == 0
     tokens = metric(metrics, "tritonbox_engine_generated_tokens_total")
     time.sleep(1.0)
     assert (

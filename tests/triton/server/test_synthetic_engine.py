@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from transformers import PreTrainedTokenizerBase
 
-from tritonbox_triton.client import (
+from tritonbox_common.client import (
     Generation,
     GenerationRequest,
     TritonLLMClient,

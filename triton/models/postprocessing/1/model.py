@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tritonbox_triton.model_params import bool_parameter, config_parameters, dir_parameter
-from tritonbox_triton.tokenization import decode_outputs, load_tokenizer
+from tritonbox_common.model_params import bool_parameter, config_parameters, dir_parameter
+from tritonbox_common.tokenization import decode_outputs, load_tokenizer
 
 PASSTHROUGH = (("CUM_LOG_PROBS", "OUT_CUM_LOG_PROBS"), ("OUTPUT_LOG_PROBS", "OUT_OUTPUT_LOG_PROBS"))
 

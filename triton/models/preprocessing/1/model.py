@@ -1,6 +1,6 @@
 """Ensemble step `preprocessing`: prompt text and stop/bad words to token ids.
 
-Thin on purpose: the logic lives in `tritonbox_triton.tokenization` and `.word_lists`, tested
+Thin on purpose: the logic lives in `tritonbox_common.tokenization` and `.word_lists`, tested
 without Triton. A bad request gets an error response of its own; the rest of the batch is served.
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
-from tritonbox_triton.model_params import config_parameters, dir_parameter, int_parameter
-from tritonbox_triton.tokenization import (
+from tritonbox_common.model_params import config_parameters, dir_parameter, int_parameter
+from tritonbox_common.tokenization import (
     PreprocessingLimits,
     RequestError,
     default_token_ids,

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from tritonbox_common.errors import RequestError
+from tritonbox_common.model_params import config_parameters, dir_parameter, int_parameter
+from tritonbox_common.tokenization import load_tokenizer
 from tritonbox_triton.engine.params import EngineLimits, prompt_ids, sampling_params
-from tritonbox_triton.errors import RequestError
-from tritonbox_triton.model_params import config_parameters, dir_parameter, int_parameter
-from tritonbox_triton.tokenization import load_tokenizer
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # The leading space makes the cycle's seam read "... river. The quick ..." on BPE tokenizers.
