@@ -1,0 +1,268 @@
+"""The appliance end to end on a real Docker engine (run through scripts/test_compose).
+
+Builds the three images with `docker compose -f compose.cpu.yaml build` (the documented path;
+package-index settings from this machine's pip, docs/deployment.md), brings the stack up with
+`docker compose -f compose.cpu.yaml up`, published on loopback only and in a project (so a
+network and volumes) of its own, and checks it from outside as a user would. Measures builds,
+image sizes, cold and warm start-to-healthy and memory, and writes them to docs/deployment.md.
+Ends with `compose: N passed, M failed`; exits 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+# The helpers as `scripts.…` (as mypy names them); the repo root only for these imports, since
+# its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1).
+sys.path.append(str(REPO))
+from scripts.compose_benchmark import Measured, write_benchmark  # noqa: E402
+from scripts.docker_build_env import bridge_gateway, serving  # noqa: E402
+from scripts.docker_engine import (  # noqa: E402
+    Engine,
+    base_image,
+    compose_environment,
+    docker,
+    dockerfile_default,
+)
+
+PROJECT = "tritonbox-e2e"
+COMPOSE_FILE = "compose.cpu.yaml"
+SERVICES = ("triton", "api", "playground")
+PROMPT = "The capital of France is"
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name: str, step: Callable[[], object]) -> bool:
+        try:
+            detail = step()
+        except Exception as error:  # a failed check is reported, the run goes on
+            self.failed += 1
+            print(f"FAIL {name}: {type(error).__name__}: {error}", flush=True)
+            return False
+        self.passed += 1
+        print(f"ok   {name}" + (f": {detail}" if detail else ""), flush=True)
+        return True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Stack:
+    """`docker compose -f compose.cpu.yaml -p tritonbox-e2e ...` with the test's environment."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.api_port, self.playground_port = free_port(), free_port()
+        # Published on loopback only: compose's short syntax takes an address before the port.
+        self.env = env | {
+            "API_PORT": f"127.0.0.1:{self.api_port}",
+            "PLAYGROUND_PORT": f"127.0.0.1:{self.playground_port}",
+        }
+        self.api = f"http://127.0.0.1:{self.api_port}"
+        self.playground = f"http://127.0.0.1:{self.playground_port}"
+
+    def compose(self, *args: str, timeout: float = 1200, env: dict[str, str] | None = None) -> str:
+        command = ["docker", "compose", "-f", COMPOSE_FILE, "-p", PROJECT, *args]
+        result = subprocess.run(
+            command, cwd=REPO, env=env or self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(command[1:])}:\n{(result.stdout + result.stderr)[-3000:]}"
+            )
+        return result.stdout + result.stderr
+
+    def up(self) -> float:
+        """Seconds from `up` to every service healthy."""
+        start = time.monotonic()
+        self.compose("up", "--detach", "--wait", "--wait-timeout", "1200", "--no-build")
+        return time.monotonic() - start
+
+    def memory(self) -> dict[str, str]:
+        ids = self.compose("ps", "--quiet").split()
+        out = docker("stats", "--no-stream", "--format", "{{.Name}}\t{{.MemUsage}}", *ids)
+        usage = {}
+        for line in out.splitlines():
+            name, used = line.split("\t")
+            service = next(s for s in SERVICES if f"-{s}-" in name)
+            usage[service] = used.split(" / ")[0]
+        return usage
+
+
+def predict(stack: Stack) -> str:
+    body = {"prompt": PROMPT, "max_tokens": 3, "temperature": 0, "stream": False}
+    answer = httpx.post(f"{stack.api}/predict", json=body, timeout=120).json()
+    assert answer["output"] == " Paris.", answer
+    assert answer["status"] == "succeeded", answer
+    return str(answer["id"])
+
+
+def stream_chat(stack: Stack) -> str:
+    body = {
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 16,
+        "temperature": 0,
+        "stream": True,
+    }
+    chunks: list[str] = []
+    with httpx.stream(
+        "POST", f"{stack.api}/v1/chat/completions", json=body, timeout=120
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                delta = json.loads(line[6:])["choices"][0]["delta"]
+                chunks.append(delta.get("content") or "")
+    text = "".join(chunks)
+    assert len([c for c in chunks if c]) > 1 and "Paris" in text, chunks
+    return f"{len(chunks)} chunks: {text!r}"
+
+
+def stored(stack: Stack, prediction_id: str) -> str:
+    got = httpx.get(f"{stack.api}/v1/predictions/{prediction_id}", timeout=30).json()
+    assert got["output"] == " Paris.", got
+    return prediction_id
+
+
+def page(url: str, needle: str) -> str:
+    response = httpx.get(url, timeout=60)
+    assert response.status_code == 200 and needle in response.text, response.status_code
+    return f"{url} 200"
+
+
+def run(checks: Checks, measured: Measured) -> None:
+    engine = Engine()
+    try:
+        print(engine.describe(), flush=True)
+        measured.engine = engine.describe().split(" (")[0]
+        env = compose_environment()
+        measured.compose = docker("compose", "version", "--short", env=env).strip()
+        for dockerfile in ("triton/Dockerfile.cpu", "api/Dockerfile", "playground/Dockerfile"):
+            note = base_image(dockerfile_default(dockerfile, "PYTHON_IMAGE"))
+            print(note, flush=True)
+        measured.base = note
+        stack = Stack(env)
+        stack.compose("down", "--volumes", "--remove-orphans")  # leftovers of a failed run
+        try:
+            exercise(checks, measured, stack)
+        finally:
+            checks.check("down -v", lambda: stack.compose("down", "--volumes") and None)
+    finally:
+        engine.stop()
+
+
+def exercise(checks: Checks, measured: Measured, stack: Stack) -> None:
+    with serving(bridge_gateway()) as index:
+        if index:
+            print("package index for the builds: " + ", ".join(sorted(index)), flush=True)
+            # This machine's index holds the CPU torch; PyTorch's own index is not needed.
+            index["TORCH_INDEX_URL"] = ""
+        for service in SERVICES:
+            start = time.monotonic()
+            if not checks.check(f"build {service}", _builder(stack, service, index)):
+                return
+            measured.build_s[service] = time.monotonic() - start
+    for service in SERVICES:
+        image = stack.compose("config", "--images").split()
+        name = next(i for i in image if i.startswith(f"tritonbox/{service}:"))
+        measured.size_mb[service] = int(docker("image", "inspect", "-f", "{{.Size}}", name)) / 1e6
+    print("images: " + ", ".join(f"{s} {m:.0f} MB" for s, m in measured.size_mb.items()))
+    checks.check("api image <= 450 MB", lambda: _at_most(measured.size_mb["api"], 450))
+    checks.check(
+        "playground image <= 350 MB", lambda: _at_most(measured.size_mb["playground"], 350)
+    )
+    if not checks.check("up (cold): all healthy", lambda: measured.set("cold_s", stack.up())):
+        print(stack.compose("logs", "--tail", "60"), flush=True)
+        return
+    checks.check(
+        "triton prepared the model", lambda: _in("prepared the default model", _logs(stack))
+    )
+    checks.check("/readyz", lambda: page(f"{stack.api}/readyz", '"ready"'))
+    ids: list[str] = []
+    checks.check("/predict greedy", lambda: _record(ids, predict(stack)))
+    checks.check("streaming chat completion", lambda: stream_chat(stack))
+    if ids:
+        checks.check("permalink page", lambda: page(f"{stack.api}/p/{ids[0]}", "Paris"))
+    checks.check("playground page", lambda: page(f"{stack.playground}/", "gradio"))
+    measured.memory = stack.memory()
+    print("memory: " + ", ".join(f"{s} {m}" for s, m in measured.memory.items()), flush=True)
+    checks.check("restart api", lambda: stack.compose("restart", "api") and stack.up() and None)
+    if ids:
+        checks.check("prediction kept across restart", lambda: stored(stack, ids[0]))
+    checks.check("down (volumes kept)", lambda: stack.compose("down") and None)
+    checks.check("up (warm): all healthy", lambda: measured.set("warm_s", stack.up()))
+    checks.check("model reused", lambda: _in("default model already prepared", _logs(stack)))
+    if ids:
+        checks.check("prediction kept across down/up", lambda: stored(stack, ids[0]))
+    checks.check("/predict greedy after down/up", lambda: predict(stack) and None)
+    checks.check("warm start measurably faster", lambda: _faster(measured))
+
+
+def _builder(stack: Stack, service: str, index: dict[str, str]) -> Callable[[], object]:
+    return lambda: stack.compose("build", service, env=stack.env | index) and None
+
+
+def _record(ids: list[str], prediction_id: str) -> str:
+    ids.append(prediction_id)
+    return f"' Paris.' ({prediction_id})"
+
+
+def _logs(stack: Stack) -> str:
+    return stack.compose("logs", "triton")
+
+
+def _in(needle: str, text: str) -> str:
+    assert needle in text, f"{needle!r} not in the log"
+    return needle
+
+
+def _no(why: str) -> bool:
+    raise AssertionError(why)
+
+
+def _faster(m: Measured) -> str:
+    assert m.warm_s < 0.9 * m.cold_s, f"warm {m.warm_s:.0f} s, cold {m.cold_s:.0f} s"
+    return f"warm {m.warm_s:.0f} s < cold {m.cold_s:.0f} s"
+
+
+def _at_most(megabytes: float, limit: float) -> str:
+    assert megabytes <= limit, f"{megabytes:.0f} MB"
+    return f"{megabytes:.0f} MB"
+
+
+def main() -> int:
+    os.chdir(REPO)
+    checks, measured = Checks(), Measured()
+    began = time.monotonic()
+    try:
+        run(checks, measured)
+    except Exception as error:
+        checks.failed += 1
+        print(f"FAIL setup: {type(error).__name__}: {error}", flush=True)
+    measured.total_s = time.monotonic() - began
+    print(measured.summary(), flush=True)
+    if checks.failed == 0:
+        write_benchmark(measured, REPO / "docs/deployment.md")
+    print(f"compose: {checks.passed} passed, {checks.failed} failed", flush=True)
+    return 1 if checks.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The one install step of every TritonBox image (run by the Dockerfiles with the base image's
+own Python; standard library only, Python 3.11+).
+
+`deps` installs a service's pinned requirements into a separate prefix (/opt/tritonbox/deps),
+in a build stage of its own: the package-index settings (PIP_* build arguments, an extra CA)
+exist only there, so they never reach the final image or its history. `--keep-installed` (the
+GPU image) holds every distribution the base image already has at its version: NVIDIA's
+TensorRT-LLM stack stays exactly as shipped, and only what is missing is added.
+
+`project` runs in the final stage: it installs TritonBox's own distributions from their source
+folders (no index needed), hooks the prefix into the base interpreter with a `.pth` file, and
+runs `pip check`. The `.pth` appends the prefix *after* the interpreter's own site-packages:
+the base image's packages win, and Triton's Python backend stub, an isolated interpreter that
+ignores PYTHONPATH, still sees the project, because `.pth` files are read in isolated mode too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;#]+)(.*)$")
+PTH = "zz-tritonbox.pth"  # read after the base's own .pth files
+SETUPTOOLS = "setuptools==84.2.1"
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(path: Path) -> list[str]:
+    """The requirement lines of `path`, `-r` includes followed, comments dropped."""
+    lines: list[str] = []
+    for raw in path.read_text().splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("-r "):
+            lines += pins(path.parent / line[3:].strip())
+        else:
+            lines.append(line)
+    return lines
+
+
+def rewrite(lines: list[str], installed: dict[str, str], cpu_torch: bool) -> list[str]:
+    """Pins with the base image's versions for what it has; torch pinned to its CPU build."""
+    out = []
+    for line in lines:
+        match = NAME.match(line)
+        if match is None:
+            out.append(line)
+            continue
+        name, extras, version, rest = match.groups()
+        version = installed.get(canonical(name), version)
+        if cpu_torch and canonical(name) == "torch" and "+" not in version:
+            # Exact local version: the multi-GB CUDA build of the same number can never match.
+            version += "+cpu"
+        out.append(f"{name}{extras or ''}=={version}{rest}")
+    return out
+
+
+def pip(*args: str, env: dict[str, str] | None = None) -> None:
+    command = [sys.executable, "-m", "pip", *args]
+    print("+", " ".join(command), flush=True)
+    subprocess.run(command, check=True, env=env)
+
+
+def pip_environment(workdir: Path) -> dict[str, str]:
+    """os.environ, plus PIP_CERT for BUILD_CA_CERT (a TLS-inspecting proxy's CA, PEM text)."""
+    env = dict(os.environ, PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    extra = env.pop("BUILD_CA_CERT", "").strip()
+    if extra and "PIP_CERT" not in env:
+        certifi = importlib.import_module("pip._vendor.certifi")  # pip's own default bundle
+        bundle = workdir / "ca-bundle.pem"
+        bundle.write_text(Path(certifi.where()).read_text() + "\n" + extra + "\n")
+        env["PIP_CERT"] = str(bundle)
+    return {key: value for key, value in env.items() if not (key.startswith("PIP_") and not value)}
+
+
+def deps(args: argparse.Namespace) -> None:
+    installed = {}
+    if args.keep_installed:
+        installed = {
+            canonical(dist.metadata["Name"]): dist.version
+            for dist in importlib.metadata.distributions()
+        }
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        env = pip_environment(work)
+        lines = [line for name in args.requirements for line in pins(Path(name))]
+        lines.append(SETUPTOOLS)  # builds the project's own distributions in the final stage
+        requirements = work / "requirements.txt"
+        requirements.write_text("\n".join(rewrite(lines, installed, args.cpu_torch)) + "\n")
+        options = ["install", "--prefix", args.prefix, "--no-warn-script-location"]
+        if args.no_compile:
+            options.append("--no-compile")
+        if installed:
+            # Never a second copy of anything the base has, not even as a dependency.
+            held = work / "held.txt"
+            held.write_text("".join(f"{n}=={v}\n" for n, v in sorted(installed.items())))
+            options += ["-c", str(held)]
+        if args.extra_index_url:
+            options += ["--extra-index-url", args.extra_index_url]
+        pip(*options, "-r", str(requirements), env=env)
+        if args.no_deps:
+            pip(*options, "--no-deps", *(f"-r{n}" for n in args.no_deps), env=env)
+    strip(Path(args.prefix))
+
+
+def strip(prefix: Path) -> None:
+    """Drop what no service runs: the test suites some wheels ship."""
+    for site in site_dirs(prefix):
+        for package in ("numpy", "pandas", "torch/testing/_internal"):
+            for tests in (site / package).glob("**/tests"):
+                if tests.is_dir():
+                    subprocess.run(["rm", "-rf", str(tests)], check=True)
+
+
+def site_dirs(prefix: Path) -> list[Path]:
+    # Debian and Ubuntu interpreters use .../local/lib/pythonX.Y/dist-packages for a prefix.
+    return sorted({p for p in prefix.glob("**/python3*/*-packages") if p.is_dir()})
+
+
+def project(args: argparse.Namespace) -> None:
+    sites = site_dirs(Path(args.prefix))
+    if not sites:
+        raise SystemExit(f"docker_install: nothing installed under {args.prefix}")
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    purelib.mkdir(parents=True, exist_ok=True)
+    # addsitedir, not a bare path: the prefix's own .pth files (editable installs) run too.
+    lines = "".join(f"import site; site.addsitedir({str(s)!r})\n" for s in sites)
+    (purelib / PTH).write_text(lines)
+    # The base image has no index settings here: build with the setuptools the deps stage put
+    # into the prefix, nothing fetched.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, sites)))
+    options = ["install", "--prefix", args.prefix, "--no-deps", "--no-index", "--no-cache-dir"]
+    options += ["--no-build-isolation", "--no-warn-script-location"]
+    sources = []
+    for folder in args.folders:
+        sources += ["-e", folder] if folder in args.editable else [folder]
+    pip(*options, *sources, env=env)
+    for folder in args.folders:
+        for build in (Path(folder) / "build", *Path(folder).glob("*.egg-info")):
+            subprocess.run(["rm", "-rf", str(build)], check=True)
+    pip("check")
+    # Installed with --no-compile (smaller images): byte-compile what the service imports, by
+    # importing it, as root; modules it never loads (most of transformers) stay source only.
+    for module in (m for group in args.warm_import for m in group.split(",")):
+        print(f"+ import {module}", flush=True)
+        subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    d = commands.add_parser("deps", help="install pinned requirements into the prefix")
+    d.add_argument("--prefix", required=True)
+    d.add_argument("-r", "--requirement", dest="requirements", action="append", required=True)
+    d.add_argument("--no-deps", action="append", default=[], help="requirements without deps")
+    d.add_argument("--keep-installed", action="store_true")
+    d.add_argument("--cpu-torch", action="store_true")
+    d.add_argument("--no-compile", action="store_true", help="no .pyc (see --warm-import)")
+    d.add_argument("--extra-index-url", default="")
+    p = commands.add_parser("project", help="install TritonBox's distributions, then pip check")
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--editable", action="append", default=[])
+    p.add_argument("--warm-import", action="append", default=[], help="modules (a,b) to compile")
+    p.add_argument("folders", nargs="+")
+    args = parser.parse_args()
+    if args.command == "deps":
+        deps(args)
+    else:
+        project(args)
+
+
+if __name__ == "__main__":
+    main()
