@@ -1,4 +1,4 @@
-"""`.env.example` and README's configuration table, generated from the settings classes.
+"""`.env.example` and docs/configuration.md's settings table, generated from the settings classes.
 
 Each setting's name, default, limits and meaning are defined once, on its settings field; these
 files are derived from them (`scripts/gen_config_docs.py`), and a test fails when they drift.
@@ -75,12 +75,12 @@ def markdown_table(classes: Iterable[type[BaseSettings]] | None = None) -> str:
     return "\n".join(lines)
 
 
-def with_table(readme: str, table: str, name: str = "config-table") -> str:
-    """`readme` with the text between the `name` markers replaced by `table`."""
+def with_table(document: str, table: str, name: str = "config-table") -> str:
+    """`document` with the text between the `name` markers replaced by `table`."""
     start = TABLE_START.replace("config-table", name)
     end = TABLE_END.replace("config-table", name)
-    head, found, rest = readme.partition(start)
+    head, found, rest = document.partition(start)
     _, found_end, tail = rest.partition(end)
     if not (found and found_end):
-        raise ValueError(f"README.md lacks the markers {start!r} … {end!r}")
+        raise ValueError(f"the document lacks the markers {start!r} … {end!r}")
     return f"{head}{start}\n{table}\n{end}{tail}"

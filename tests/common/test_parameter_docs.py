@@ -1,10 +1,10 @@
-"""README's parameter table is generated from the single definition of each parameter."""
+"""docs/api.md's parameter table is generated from the single definition of each parameter."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tritonbox_api.parameter_docs import parameter_table
+from tritonbox_common.parameter_docs import parameter_table
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_common.config_docs import with_table
 from tritonbox_common.parameters import ALL_PARAMETERS
@@ -12,9 +12,9 @@ from tritonbox_common.parameters import ALL_PARAMETERS
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_readme_parameter_table_is_generated() -> None:
-    readme = (REPO / "README.md").read_text()
-    assert readme == with_table(readme, parameter_table(), name="parameter-table"), (
+def test_api_doc_parameter_table_is_generated() -> None:
+    document = (REPO / "docs" / "api.md").read_text()
+    assert document == with_table(document, parameter_table(), name="parameter-table"), (
         "run `.venv/bin/python scripts/gen_config_docs.py`"
     )
 

@@ -1,4 +1,4 @@
-"""`.env.example` and README's configuration table match the settings classes."""
+"""`.env.example` and docs/configuration.md's settings table match the settings classes."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ def test_env_example_is_generated_from_the_settings() -> None:
     assert (REPO / ".env.example").read_text() == env_example(), REGENERATE
 
 
-def test_readme_table_is_generated_from_the_settings() -> None:
-    readme = (REPO / "README.md").read_text()
-    assert readme == with_table(readme, markdown_table()), REGENERATE
+def test_configuration_table_is_generated_from_the_settings() -> None:
+    document = (REPO / "docs" / "configuration.md").read_text()
+    assert document == with_table(document, markdown_table()), REGENERATE
 
 
 def test_env_example_has_only_known_keys() -> None:
