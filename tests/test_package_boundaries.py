@@ -1,0 +1,74 @@
+"""Each service imports only itself and tritonbox-common, and the playground runs without the
+api's or Triton's stack (its image installs neither)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = {
+    "tritonbox_common": [REPO / "common" / "tritonbox_common"],
+    "tritonbox_triton": [REPO / "triton" / "tritonbox_triton", REPO / "triton" / "models"],
+    "tritonbox_api": [REPO / "api" / "tritonbox_api"],
+    "tritonbox_playground": [REPO / "playground" / "tritonbox_playground"],
+}
+SHARED = "tritonbox_common"
+
+
+def _project_imports(folder: Path) -> dict[str, set[str]]:
+    """tritonbox_* packages imported anywhere under `folder`, with the files that import them."""
+    found: dict[str, set[str]] = {}
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top.startswith("tritonbox_"):
+                    found.setdefault(top, set()).add(str(path.relative_to(REPO)))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_a_service_imports_only_itself_and_the_shared_package(package: str) -> None:
+    allowed = {package, SHARED}
+    for folder in PACKAGES[package]:
+        imports = _project_imports(folder)
+        assert set(imports) <= allowed, {
+            name: sorted(files) for name, files in imports.items() if name not in allowed
+        }
+
+
+# What the playground image does not install (requirements/playground.txt has none of these).
+NOT_IN_THE_PLAYGROUND_IMAGE = (
+    "tritonbox_api",
+    "tritonbox_triton",
+    "transformers",
+    "tokenizers",
+    "tritonclient",
+    "sqlmodel",
+    "sqlalchemy",
+    "torch",
+)
+
+
+def test_the_playground_imports_without_the_api_or_triton_stack() -> None:
+    # A fresh interpreter where those modules cannot be imported, as in the playground image.
+    blocked = ", ".join(repr(name) for name in NOT_IN_THE_PLAYGROUND_IMAGE)
+    code = (
+        f"import sys\nfor name in ({blocked},):\n    sys.modules[name] = None\n"
+        "import tritonbox_playground.app, tritonbox_playground.cli\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
