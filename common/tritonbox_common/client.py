@@ -22,7 +22,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferInput, InferResult
 from tritonclient.grpc._utils import _get_inference_request
 
-# Optional ensemble inputs: name -> Triton datatype. Names are the ensemble's (DESIGN.md §2).
+# Optional ensemble inputs: name -> Triton datatype. Names are the ensemble's (docs/architecture.md).
 SCALAR_INPUTS: dict[str, str] = {
     "end_id": "INT32",
     "pad_id": "INT32",

@@ -1,4 +1,5 @@
-"""What the `tritonserver` of the `nvidia-pytriton` wheel needs around it (DESIGN.md §7).
+"""What the `tritonserver` of the `nvidia-pytriton` wheel needs around it (docs/architecture.md,
+"Facts about the platform").
 
 The wheel holds a full Triton (2.51): the server, its libraries, the Python backend and one
 backend stub per Python version. Three details make it work in a virtual environment: the stub
