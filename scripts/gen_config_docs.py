@@ -1,5 +1,6 @@
 """Regenerate `.env.example` and the generated tables in docs/: settings (docs/configuration.md,
-from the settings classes) and generation parameters (docs/api.md, from tritonbox_common.parameters)."""
+from the settings classes) and generation parameters (docs/api.md, from
+tritonbox_common.parameters)."""
 
 from __future__ import annotations
 

@@ -43,9 +43,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             settings=settings,
             gateway=gateway,
             database=database,
-            engine=EngineContextLoader(
-                gateway, tokenizer_dir=settings.api_tokenizer_dir, model_name=settings.model_name
-            ),
+            engine=EngineContextLoader(gateway, model_name=settings.model_name),
             predictions=PredictionService(
                 gateway=gateway,
                 database=database,

@@ -8,9 +8,22 @@ api reads them from Triton's `preprocessing` config at start, so they have one s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tritonbox_common.shared_settings import (
+    API_PORT,
+    PLAYGROUND_PORT,
+    TRITON_GRPC_PORT,
+    ApiKey,
+    ApiPort,
+    PlaygroundPort,
+    PublicUrl,
+    TritonGrpcPort,
+    with_derived_url,
+)
 
 
 class ApiSettings(BaseSettings):
@@ -21,19 +34,17 @@ class ApiSettings(BaseSettings):
     )
 
     api_host: str = Field(default="127.0.0.1", description="Address the api listens on.")
-    api_port: int = Field(default=8080, ge=1, le=65535, description="The api's HTTP port.")
+    api_port: ApiPort = API_PORT
+    triton_grpc_port: TritonGrpcPort = TRITON_GRPC_PORT
     triton_url: str = Field(
-        default="127.0.0.1:8001", description="Triton's gRPC address (host:port) the api uses."
+        default="",
+        description="Triton's gRPC address (host:port) as the api reaches it; unset = "
+        "127.0.0.1:TRITON_GRPC_PORT (compose names the triton service).",
     )
     triton_timeout_s: float = Field(
         default=5.0,
         gt=0,
         description="Bound on the api's health and metadata calls to Triton (seconds).",
-    )
-    api_tokenizer_dir: Path | None = Field(
-        default=None,
-        description="Tokenizer the api counts tokens and decodes with; unset = the one Triton's "
-        "preprocessing step uses (same machine or a shared volume).",
     )
     model_name: str | None = Field(
         default=None,
@@ -42,13 +53,23 @@ class ApiSettings(BaseSettings):
     )
     database_path: Path = Field(
         default=Path(".cache/tritonbox.db"),
-        description="SQLite file holding every prediction (created on first start).",
+        description="SQLite file holding every prediction (created on first start); used when "
+        "DATABASE_URL is unset.",
     )
-    api_key: SecretStr | None = Field(
+    database_url: SecretStr | None = Field(
         default=None,
-        description="When set, every route but health and metrics needs "
-        "`Authorization: Bearer <API_KEY>`.",
+        description="SQLAlchemy URL of the prediction database; unset = the SQLite file "
+        "DATABASE_PATH. PostgreSQL: `postgresql+psycopg://USER:PASSWORD@HOST:5432/NAME` "
+        "(docs/scaling.md). The schema is migrated on start.",
     )
+    api_workers: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="api processes serving the one port; 0 = one per CPU core (at most 8). "
+        "Several share the database: PostgreSQL suits them best (docs/scaling.md).",
+    )
+    api_key: ApiKey = None
     max_concurrent_requests: int = Field(
         default=64,
         ge=1,
@@ -64,16 +85,40 @@ class ApiSettings(BaseSettings):
         le=64,
         description="Largest beam_width accepted; the cpu engine has no beam search (1).",
     )
-    public_url: str = Field(
-        default="http://127.0.0.1:8080",
-        description="The api's address as users reach it, for permalinks.",
-    )
+    public_url: PublicUrl = ""
+    playground_port: PlaygroundPort = PLAYGROUND_PORT
     playground_url: str = Field(
-        default="http://127.0.0.1:7860",
-        description="The playground's address as users reach it, for 'open in playground'.",
+        default="",
+        description="The playground's address as users reach it, for 'open in playground'; "
+        "unset = http://127.0.0.1:PLAYGROUND_PORT.",
     )
     log_predictions: bool = Field(
         default=True,
         description="Save every prediction to the database; false only to measure what "
         "logging costs (predictions then get no permalink).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_addresses(cls, data: Any) -> Any:
+        data = with_derived_url(
+            data,
+            "triton_url",
+            port_key="triton_grpc_port",
+            default_port=TRITON_GRPC_PORT,
+            template="{host}:{port}",
+        )
+        data = with_derived_url(
+            data,
+            "public_url",
+            port_key="api_port",
+            default_port=API_PORT,
+            template="http://{host}:{port}",
+        )
+        return with_derived_url(
+            data,
+            "playground_url",
+            port_key="playground_port",
+            default_port=PLAYGROUND_PORT,
+            template="http://{host}:{port}",
+        )

@@ -22,7 +22,8 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferInput, InferResult
 from tritonclient.grpc._utils import _get_inference_request
 
-# Optional ensemble inputs: name -> Triton datatype. Names are the ensemble's (docs/architecture.md).
+# Optional ensemble inputs: name -> Triton datatype, named as the ensemble names them
+# (docs/architecture.md).
 SCALAR_INPUTS: dict[str, str] = {
     "end_id": "INT32",
     "pad_id": "INT32",

@@ -1,4 +1,4 @@
-"""docs/api.md's table of generation parameters, generated from `parameters` (never written by hand)."""
+"""docs/api.md's table of generation parameters, generated from `parameters` (never by hand)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,27 @@
 """The playground's settings: one typed object read from the environment and the shared `.env`.
 
-`API_KEY` and `PUBLIC_URL` are the api's keys too, on purpose: one `.env` line feeds both
-services, so the secret the api checks is the one the playground sends, and the address shown in
-"copy as curl" is the one the api puts in its permalinks.
+`API_KEY`, `PUBLIC_URL` and `API_PORT` are the api's keys too, defined once in
+tritonbox_common.shared_settings: one `.env` line feeds both services, so the secret the api
+checks is the one the playground sends, and the address shown in "copy as curl" is the one the
+api puts in its permalinks.
 """
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Any, Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tritonbox_common.shared_settings import (
+    API_PORT,
+    PLAYGROUND_PORT,
+    ApiKey,
+    ApiPort,
+    PlaygroundPort,
+    PublicUrl,
+    with_derived_url,
+)
 
 
 class PlaygroundSettings(BaseSettings):
@@ -23,23 +34,15 @@ class PlaygroundSettings(BaseSettings):
     playground_host: str = Field(
         default="127.0.0.1", description="Address the playground listens on."
     )
-    playground_port: int = Field(
-        default=7860, ge=1, le=65535, description="The playground's HTTP port."
-    )
+    playground_port: PlaygroundPort = PLAYGROUND_PORT
+    api_port: ApiPort = API_PORT
     api_url: str = Field(
-        default="http://127.0.0.1:8080",
-        description="Where the playground reaches the api (every run goes through it).",
+        default="",
+        description="Where the playground reaches the api (every run goes through it); unset = "
+        "http://127.0.0.1:API_PORT (compose names the api service).",
     )
-    api_key: SecretStr | None = Field(
-        default=None,
-        description="The api's API_KEY (one line feeds both): the playground's server sends it "
-        "as `Authorization: Bearer …`; it never reaches the browser.",
-    )
-    public_url: str | None = Field(
-        default=None,
-        description="The api's PUBLIC_URL (one line feeds both): the address shown in 'copy as "
-        "curl / Python / openai'; unset = API_URL.",
-    )
+    api_key: ApiKey = None
+    public_url: PublicUrl = ""
     playground_api_timeout_s: float = Field(
         default=60.0,
         gt=0,
@@ -61,6 +64,19 @@ class PlaygroundSettings(BaseSettings):
         default=None, description="With PLAYGROUND_USERNAME: the playground login's password."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_addresses(cls, data: Any) -> Any:
+        for key in ("api_url", "public_url"):
+            data = with_derived_url(
+                data,
+                key,
+                port_key="api_port",
+                default_port=API_PORT,
+                template="http://{host}:{port}",
+            )
+        return data
+
     @model_validator(mode="after")
     def _login_needs_both(self) -> Self:
         if (self.playground_username is None) != (self.playground_password is None):
@@ -72,4 +88,4 @@ class PlaygroundSettings(BaseSettings):
     @property
     def shown_api_url(self) -> str:
         """The api's address as users reach it, for snippets."""
-        return (self.public_url or self.api_url).rstrip("/")
+        return self.public_url.rstrip("/")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritonbox_common.parameter_docs import parameter_table
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_common.config_docs import with_table
+from tritonbox_common.parameter_docs import parameter_table
 from tritonbox_common.parameters import ALL_PARAMETERS
 
 REPO = Path(__file__).resolve().parents[2]

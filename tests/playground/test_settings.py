@@ -34,9 +34,28 @@ def test_one_env_line_feeds_the_api_and_the_playground(tmp_path: Path) -> None:
     assert "s3cret" not in repr(settings)
 
 
-def test_the_snippets_show_the_api_url_when_no_public_url_is_set() -> None:
-    settings = FACTORY(_env_file=None, api_url="http://api:8080/")
-    assert settings.shown_api_url == "http://api:8080"
+def test_addresses_are_derived_from_the_api_port_unless_named(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text("API_PORT=9090\n")
+    settings = load_service_settings(PlaygroundSettings, env)
+    api: ApiSettings = ApiSettings(_env_file=env)  # type: ignore[call-arg]
+    # One line moves the api, and both services follow it.
+    assert settings.api_url == "http://127.0.0.1:9090" == api.public_url
+    # Inside compose the playground reaches the api by service name, while people (and so the
+    # snippets) reach it on the published loopback port.
+    inside = FACTORY(_env_file=env, api_url="http://api:8080/")
+    assert inside.api_url == "http://api:8080/"
+    assert inside.shown_api_url == "http://127.0.0.1:9090"
+
+
+def test_the_api_dials_triton_on_its_grpc_port(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text("TRITON_GRPC_PORT=9001\nPLAYGROUND_PORT=9860\n")
+    api: ApiSettings = ApiSettings(_env_file=env)  # type: ignore[call-arg]
+    assert api.triton_url == "127.0.0.1:9001"
+    assert api.playground_url == "http://127.0.0.1:9860"
+    named: ApiSettings = ApiSettings(_env_file=env, triton_url="triton:8001")  # type: ignore[call-arg]
+    assert named.triton_url == "triton:8001"
 
 
 def test_an_unknown_env_key_is_refused(tmp_path: Path) -> None:

@@ -13,6 +13,8 @@ from typing import Any, Self
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tritonbox_common.shared_settings import TRITON_GRPC_PORT, TritonGrpcPort
+
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # The cpu engine's KV cache when KV_CACHE_MAX_TOKENS is unset (its memory is host RAM).
 CPU_KV_CACHE_TOKENS = 65536
@@ -163,7 +165,7 @@ class TritonSettings(BaseSettings):
         default="127.0.0.1", description="Address Triton listens on and clients connect to."
     )
     triton_http_port: int = Field(default=8000, ge=1, le=65535, description="Triton HTTP port.")
-    triton_grpc_port: int = Field(default=8001, ge=1, le=65535, description="Triton gRPC port.")
+    triton_grpc_port: TritonGrpcPort = TRITON_GRPC_PORT
     triton_metrics_port: int = Field(
         default=8002, ge=1, le=65535, description="Triton Prometheus metrics port."
     )

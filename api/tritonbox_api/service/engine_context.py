@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tritonbox_api.triton_gateway import EngineInfo, TritonGateway
@@ -23,11 +22,8 @@ class EngineContext:
 
 
 class EngineContextLoader:
-    def __init__(
-        self, gateway: TritonGateway, *, tokenizer_dir: Path | None, model_name: str | None
-    ) -> None:
+    def __init__(self, gateway: TritonGateway, *, model_name: str | None) -> None:
         self._gateway = gateway
-        self._tokenizer_dir = tokenizer_dir
         self._model_name = model_name
         self._context: EngineContext | None = None
         self._lock = asyncio.Lock()
@@ -43,8 +39,8 @@ class EngineContextLoader:
         async with self._lock:
             if self._context is None:
                 info = await self._gateway.engine_info()
-                tokenizer_dir = self._tokenizer_dir or info.tokenizer_dir
-                tokenizer = await asyncio.to_thread(load_tokenizer, tokenizer_dir)
-                name = self._model_name or tokenizer_dir.name
+                # The tokenizer Triton's preprocessing step uses: one place configures it.
+                tokenizer = await asyncio.to_thread(load_tokenizer, info.tokenizer_dir)
+                name = self._model_name or info.tokenizer_dir.name
                 self._context = EngineContext(info=info, tokenizer=tokenizer, model_name=name)
         return self._context

@@ -1,0 +1,57 @@
+"""Settings that more than one service reads, each defined once here.
+
+One `.env` line feeds every service that needs the fact: the key the api checks is the one the
+playground sends, the port Triton listens on is the one the api dials. Addresses are derived
+from ports unless a deployment names them (compose does: services reach each other by name),
+so changing a port is one line. `config_docs` lists a shared key once, and a test checks that
+no two services define the same key differently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr
+
+LOCALHOST = "127.0.0.1"
+
+ApiPort = Annotated[int, Field(ge=1, le=65535, description="The api's HTTP port.")]
+TritonGrpcPort = Annotated[int, Field(ge=1, le=65535, description="Triton's gRPC port.")]
+PlaygroundPort = Annotated[int, Field(ge=1, le=65535, description="The playground's HTTP port.")]
+API_PORT = 8080
+TRITON_GRPC_PORT = 8001
+PLAYGROUND_PORT = 7860
+
+ApiKey = Annotated[
+    SecretStr | None,
+    Field(
+        description="When set, every api route but health and metrics needs "
+        "`Authorization: Bearer <API_KEY>`; the playground's server sends it (it never reaches "
+        "the browser)."
+    ),
+]
+PublicUrl = Annotated[
+    str,
+    Field(
+        description="The api's address as users reach it, used in permalinks and 'copy as curl "
+        "/ Python / openai'; unset = http://127.0.0.1:API_PORT."
+    ),
+]
+
+
+def with_derived_url(
+    data: Any, key: str, *, port_key: str, default_port: int, template: str
+) -> Any:
+    """Raw settings `data` with `key` filled from `template` and the port when it is unset.
+
+    For a `model_validator(mode="before")`: values may still be strings from the environment.
+    A port that is not a number is left for its own field to report, naming the key.
+    """
+    if not isinstance(data, Mapping) or data.get(key):
+        return data
+    try:
+        port = int(data.get(port_key, default_port))
+    except (TypeError, ValueError):
+        return data
+    return {**data, key: template.format(host=LOCALHOST, port=port)}
