@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
 
 from tritonbox_common.shared_settings import (
     API_PORT,
     PLAYGROUND_PORT,
+    SERVICE_SETTINGS_CONFIG,
     TRITON_GRPC_PORT,
     ApiKey,
     ApiPort,
@@ -29,9 +30,7 @@ from tritonbox_common.shared_settings import (
 class ApiSettings(BaseSettings):
     """api: the FastAPI proxy, its database and its limits."""
 
-    model_config = SettingsConfigDict(
-        env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True
-    )
+    model_config = SERVICE_SETTINGS_CONFIG
 
     api_host: str = Field(default="127.0.0.1", description="Address the api listens on.")
     api_port: ApiPort = API_PORT

@@ -13,8 +13,16 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
 
 LOCALHOST = "127.0.0.1"
+
+# Every service's settings: the environment, then the shared `.env`; other services' keys are
+# ignored here (env_file.check_env_file refuses keys no service knows); an empty value means
+# unset, as compose's `${VAR:-}` passes it.
+SERVICE_SETTINGS_CONFIG = SettingsConfigDict(
+    env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True
+)
 
 ApiPort = Annotated[int, Field(ge=1, le=65535, description="The api's HTTP port.")]
 TritonGrpcPort = Annotated[int, Field(ge=1, le=65535, description="Triton's gRPC port.")]

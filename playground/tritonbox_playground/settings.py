@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any, Self
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
 
 from tritonbox_common.shared_settings import (
     API_PORT,
     PLAYGROUND_PORT,
+    SERVICE_SETTINGS_CONFIG,
     ApiKey,
     ApiPort,
     PlaygroundPort,
@@ -27,9 +28,7 @@ from tritonbox_common.shared_settings import (
 class PlaygroundSettings(BaseSettings):
     """playground: the Gradio web page in front of the api."""
 
-    model_config = SettingsConfigDict(
-        env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True
-    )
+    model_config = SERVICE_SETTINGS_CONFIG
 
     playground_host: str = Field(
         default="127.0.0.1", description="Address the playground listens on."

@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any, Self
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
 
-from tritonbox_common.shared_settings import TRITON_GRPC_PORT, TritonGrpcPort
+from tritonbox_common.shared_settings import (
+    SERVICE_SETTINGS_CONFIG,
+    TRITON_GRPC_PORT,
+    TritonGrpcPort,
+)
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # The cpu engine's KV cache when KV_CACHE_MAX_TOKENS is unset (its memory is host RAM).
@@ -32,9 +36,7 @@ class EngineFlavour(StrEnum):
 class TritonSettings(BaseSettings):
     """triton: the engine, the model repository and the server."""
 
-    model_config = SettingsConfigDict(
-        env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True
-    )
+    model_config = SERVICE_SETTINGS_CONFIG
 
     engine: EngineFlavour = Field(
         default=EngineFlavour.CPU,
