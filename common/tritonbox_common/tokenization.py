@@ -14,8 +14,14 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from tritonbox_common.end_ids import declared_end_ids, turn_end_ids, unique
 from tritonbox_common.errors import RequestError
-from tritonbox_common.word_lists import encode_word_list, stack_word_lists
+from tritonbox_common.word_lists import (
+    decode_word_list,
+    encode_word_list,
+    pack_word_ids,
+    stack_word_lists,
+)
 
 Int32Array = npt.NDArray[np.int32]
 ObjectArray = npt.NDArray[np.object_]
@@ -44,6 +50,9 @@ class PreprocessingLimits:
 class TokenIds:
     end_id: int
     pad_id: int
+    # Further tokens that end an answer (Gemma-it ends its turn with <end_of_turn>, its eos is
+    # <eos>). The engines take one end_id, so these go to them as one-token stop words.
+    extra_end_ids: tuple[int, ...] = ()
 
 
 def load_tokenizer(tokenizer_dir: Path) -> Any:
@@ -55,13 +64,25 @@ def load_tokenizer(tokenizer_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
 
 
-def default_token_ids(tokenizer: Tokenizer) -> TokenIds:
-    """end_id defaults to the tokenizer's eos; pad_id to its pad token, else eos."""
-    if tokenizer.eos_token_id is None:
-        raise ValueError("the tokenizer has no eos token, so END_ID has no default")
-    end_id = int(tokenizer.eos_token_id)
+def default_token_ids(tokenizer: Tokenizer, checkpoint_dir: Path | None = None) -> TokenIds:
+    """Every id that ends an answer: the chat template's turn end first (so that it, not a
+    stop word, ends a chat answer and never shows in the output), then what generation_config.json
+    declares, then the tokenizer's eos. pad_id: the pad token, else end_id."""
+    ids = unique(
+        [
+            *turn_end_ids(tokenizer),
+            *(declared_end_ids(checkpoint_dir) if checkpoint_dir else []),
+            *([int(tokenizer.eos_token_id)] if tokenizer.eos_token_id is not None else []),
+        ]
+    )
+    if not ids:
+        raise ValueError(
+            "the tokenizer has no eos token and generation_config.json declares no "
+            "eos_token_id, so END_ID has no default"
+        )
+    end_id = ids[0]
     pad_id = end_id if tokenizer.pad_token_id is None else int(tokenizer.pad_token_id)
-    return TokenIds(end_id=end_id, pad_id=pad_id)
+    return TokenIds(end_id=end_id, pad_id=pad_id, extra_end_ids=tuple(ids[1:]))
 
 
 def _text(value: object, name: str) -> str:
@@ -75,11 +96,20 @@ def _text(value: object, name: str) -> str:
     raise RequestError(f"{name}: expected a string, got {type(value).__name__}")
 
 
+def adds_special_tokens(tokenizer: Tokenizer, prompt: str) -> bool:
+    """Whether to let the tokenizer add its special tokens (a BOS) to `prompt`: not when the
+    prompt already starts with the BOS, as a rendered chat template does (Gemma's starts with
+    <bos>; encoding it with special tokens would start the prompt with two)."""
+    bos = getattr(tokenizer, "bos_token", None)
+    return not (isinstance(bos, str) and bos and prompt.startswith(bos))
+
+
 def encode_prompt(tokenizer: Tokenizer, prompt: str, max_input_len: int) -> list[int]:
-    """The prompt's ids with the tokenizer's default special tokens; rejects empty/too long."""
+    """The prompt's ids (with the tokenizer's special tokens unless the prompt carries its own
+    BOS: adds_special_tokens); rejects empty or too long prompts."""
     if not prompt:
         raise RequestError("QUERY: the prompt is empty")
-    ids = tokenizer.encode(prompt)
+    ids = tokenizer.encode(prompt, add_special_tokens=adds_special_tokens(tokenizer, prompt))
     if not ids:
         raise RequestError("QUERY: the prompt has no tokens")
     if len(ids) > max_input_len:
@@ -110,6 +140,15 @@ def _word_lists(
         except ValueError as error:
             raise RequestError(f"{name}: {error}") from None
     return stack_word_lists(lists)
+
+
+def _with_end_ids(words: npt.NDArray[np.int32], end_ids: Sequence[int]) -> npt.NDArray[np.int32]:
+    """A `[batch, 2, N]` stop-word tensor with each of `end_ids` added as a one-token word."""
+    rows = []
+    for row in words:
+        ids = decode_word_list(row)
+        rows.append(pack_word_ids(ids + [[end] for end in end_ids if [end] not in ids]))
+    return stack_word_lists(rows)
 
 
 def _row(array: npt.NDArray[Any] | None, index: int) -> npt.NDArray[Any] | None:
@@ -163,6 +202,14 @@ def preprocess(
 
     bad = inputs.get("BAD_WORDS_DICT")
     stop = inputs.get("STOP_WORDS_DICT")
+    stop_ids = _word_lists(
+        tokenizer,
+        [words_from_tensor(_row(stop, i), "STOP_WORDS_DICT") for i in range(batch)],
+        "STOP_WORDS_DICT",
+    )
+    if inputs.get("END_ID") is None and defaults.extra_end_ids:
+        # A client that names its END_ID chose its one end; the default stops on all of them.
+        stop_ids = _with_end_ids(stop_ids, defaults.extra_end_ids)
     return {
         "INPUT_ID": input_ids,
         "REQUEST_INPUT_LEN": np.array([[len(row)] for row in ids], dtype=np.int32),
@@ -171,11 +218,7 @@ def preprocess(
             [words_from_tensor(_row(bad, i), "BAD_WORDS_DICT") for i in range(batch)],
             "BAD_WORDS_DICT",
         ),
-        "STOP_WORDS_IDS": _word_lists(
-            tokenizer,
-            [words_from_tensor(_row(stop, i), "STOP_WORDS_DICT") for i in range(batch)],
-            "STOP_WORDS_DICT",
-        ),
+        "STOP_WORDS_IDS": stop_ids,
         "REQUEST_OUTPUT_LEN": np.asarray(output_len, dtype=np.int32).reshape(batch, 1),
         "OUT_END_ID": _ids_column(inputs.get("END_ID"), defaults.end_id, batch, "END_ID"),
         "OUT_PAD_ID": pad_ids,
