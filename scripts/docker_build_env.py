@@ -127,15 +127,22 @@ def serving(host: str) -> Iterator[dict[str, str]]:
     """The build arguments for this machine's pip settings, served while the block runs."""
     served = Served(host)
     args = build_args(pip_settings(), served)
-    if not served.paths:
+    with serving_args(served):
         yield args
+
+
+@contextmanager
+def serving_args(served: Served) -> Iterator[None]:
+    """Serve what `served` names (nothing to do when it names nothing)."""
+    if not served.paths:
+        yield
         return
     handler = functools.partial(_Handler, served=served)
-    server = _Server((host, PORT), handler)
+    server = _Server((served.host, PORT), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield args
+        yield
     finally:
         server.shutdown()
         server.server_close()

@@ -7,11 +7,14 @@ exist only there, so they never reach the final image or its history. `--keep-in
 GPU image) holds every distribution the base image already has at its version: NVIDIA's
 TensorRT-LLM stack stays exactly as shipped, and only what is missing is added.
 
-`project` runs in the final stage: it installs TritonBox's own distributions from their source
-folders (no index needed), hooks the prefix into the base interpreter with a `.pth` file, and
-runs `pip check`. The `.pth` appends the prefix *after* the interpreter's own site-packages:
-the base image's packages win, and Triton's Python backend stub, an isolated interpreter that
-ignores PYTHONPATH, still sees the project, because `.pth` files are read in isolated mode too.
+`wheels` builds TritonBox's own distributions (setuptools from the deps stage, no index) in a
+stage of its own, so the api and playground images carry no build tools. `project` runs in the
+final stage: it installs those wheels, or source folders (the Triton images: an editable
+tritonbox-triton keeps the model templates next to the package), hooks the prefix into the
+base interpreter with a `.pth` file and runs `pip check`. The `.pth` appends the prefix *after*
+the interpreter's own site-packages: the base image's packages win, and Triton's Python backend
+stub, an isolated interpreter that ignores PYTHONPATH, still sees the project, because `.pth`
+files are read in isolated mode too.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;#]+)(.*)$")
 PTH = "zz-tritonbox.pth"  # read after the base's own .pth files
 SETUPTOOLS = "setuptools==84.2.1"
+BUILD_TOOLS = "/opt/tritonbox-build-tools"  # outside /opt/tritonbox, which the images copy
 
 
 def canonical(name: str) -> str:
@@ -96,7 +100,6 @@ def deps(args: argparse.Namespace) -> None:
         work = Path(tmp)
         env = pip_environment(work)
         lines = [line for name in args.requirements for line in pins(Path(name))]
-        lines.append(SETUPTOOLS)  # builds the project's own distributions in the final stage
         requirements = work / "requirements.txt"
         requirements.write_text("\n".join(rewrite(lines, installed, args.cpu_torch)) + "\n")
         options = ["install", "--prefix", args.prefix, "--no-warn-script-location"]
@@ -112,21 +115,41 @@ def deps(args: argparse.Namespace) -> None:
         pip(*options, "-r", str(requirements), env=env)
         if args.no_deps:
             pip(*options, "--no-deps", *(f"-r{n}" for n in args.no_deps), env=env)
-    strip(Path(args.prefix))
+        # What builds the project's own distributions later, without an index; kept out of the
+        # prefix, so out of the images that install wheels (the api and the playground).
+        pip("install", "--target", BUILD_TOOLS, "--no-compile", SETUPTOOLS, env=env)
+    strip(Path(args.prefix), args.drop)
 
 
-def strip(prefix: Path) -> None:
-    """Drop what no service runs: the test suites some wheels ship."""
+def strip(prefix: Path, drop: list[str]) -> None:
+    """Drop what no service runs: the test suites some wheels ship, and `drop` (globs)."""
     for site in site_dirs(prefix):
-        for package in ("numpy", "pandas", "torch/testing/_internal"):
-            for tests in (site / package).glob("**/tests"):
-                if tests.is_dir():
-                    subprocess.run(["rm", "-rf", str(tests)], check=True)
+        doomed = [*(site / "numpy").glob("**/tests"), *(site / "pandas").glob("**/tests")]
+        doomed += [path for pattern in drop for path in site.glob(pattern)]
+        for path in doomed:
+            print(f"- {path}", flush=True)
+            subprocess.run(["rm", "-rf", str(path)], check=True)
 
 
 def site_dirs(prefix: Path) -> list[Path]:
     # Debian and Ubuntu interpreters use .../local/lib/pythonX.Y/dist-packages for a prefix.
     return sorted({p for p in prefix.glob("**/python3*/*-packages") if p.is_dir()})
+
+
+def pth_lines(sites: list[Path]) -> str:
+    # addsitedir, not a bare path: the prefix's own .pth files (editable installs) run too.
+    return "".join(f"import site; site.addsitedir({str(s)!r})\n" for s in sites)
+
+
+def build_environment() -> dict[str, str]:
+    if not Path(BUILD_TOOLS).is_dir():
+        raise SystemExit(f"docker_install: {BUILD_TOOLS} (from the deps stage) is missing")
+    return dict(os.environ, PYTHONPATH=BUILD_TOOLS)
+
+
+def wheels(args: argparse.Namespace) -> None:
+    options = ["wheel", "--no-deps", "--no-index", "--no-build-isolation", "-w", args.out]
+    pip(*options, *args.folders, env=build_environment())
 
 
 def project(args: argparse.Namespace) -> None:
@@ -135,19 +158,25 @@ def project(args: argparse.Namespace) -> None:
         raise SystemExit(f"docker_install: nothing installed under {args.prefix}")
     purelib = Path(sysconfig.get_paths()["purelib"])
     purelib.mkdir(parents=True, exist_ok=True)
-    # addsitedir, not a bare path: the prefix's own .pth files (editable installs) run too.
-    lines = "".join(f"import site; site.addsitedir({str(s)!r})\n" for s in sites)
-    (purelib / PTH).write_text(lines)
-    # The base image has no index settings here: build with the setuptools the deps stage put
-    # into the prefix, nothing fetched.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, sites)))
+    (purelib / PTH).write_text(pth_lines(sites))
+    # Wheels (built in a stage of their own) or source folders; no index either way.
     options = ["install", "--prefix", args.prefix, "--no-deps", "--no-index", "--no-cache-dir"]
     options += ["--no-build-isolation", "--no-warn-script-location"]
-    sources = []
-    for folder in args.folders:
-        sources += ["-e", folder] if folder in args.editable else [folder]
-    pip(*options, *sources, env=env)
-    for folder in args.folders:
+    sources, folders = [], []
+    for item in args.items:
+        if item in args.editable:
+            sources += ["-e", item]
+        elif Path(item, "pyproject.toml").is_file():
+            sources.append(item)
+        elif Path(item).is_dir():  # a folder of wheels
+            sources += sorted(str(wheel) for wheel in Path(item).glob("*.whl"))
+            continue
+        else:
+            sources.append(item)
+            continue
+        folders.append(item)
+    pip(*options, *sources, env=build_environment() if folders else None)
+    for folder in folders:
         for build in (Path(folder) / "build", *Path(folder).glob("*.egg-info")):
             subprocess.run(["rm", "-rf", str(build)], check=True)
     pip("check")
@@ -168,17 +197,18 @@ def main() -> None:
     d.add_argument("--keep-installed", action="store_true")
     d.add_argument("--cpu-torch", action="store_true")
     d.add_argument("--no-compile", action="store_true", help="no .pyc (see --warm-import)")
+    d.add_argument("--drop", action="append", default=[], help="glob in site-packages to delete")
+    w = commands.add_parser("wheels", help="build wheels of the project's folders")
+    w.add_argument("--out", required=True)
+    w.add_argument("folders", nargs="+")
     d.add_argument("--extra-index-url", default="")
     p = commands.add_parser("project", help="install TritonBox's distributions, then pip check")
     p.add_argument("--prefix", required=True)
     p.add_argument("--editable", action="append", default=[])
     p.add_argument("--warm-import", action="append", default=[], help="modules (a,b) to compile")
-    p.add_argument("folders", nargs="+")
+    p.add_argument("items", nargs="+", help="source folders, wheels or folders of wheels")
     args = parser.parse_args()
-    if args.command == "deps":
-        deps(args)
-    else:
-        project(args)
+    {"deps": deps, "wheels": wheels, "project": project}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -46,15 +46,93 @@ def test_hadolint(name: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def arg_defaults(name: str) -> dict[str, str]:
+    return dict(
+        argument.split("=", 1)
+        for op, argument in instructions(name)
+        if op == "ARG" and "=" in argument
+    )
+
+
 @pytest.mark.parametrize("name", DOCKERFILES)
 def test_pinned_base_and_non_root(name: str) -> None:
+    # Bases come from build arguments (a registry mirror, or a stand-in where none is reachable),
+    # whose defaults are the pinned images; every other FROM is an earlier stage.
+    defaults = arg_defaults(name)
+    stages: set[str] = set()
     for op, argument in instructions(name):
         if op == "FROM":
-            image = argument.split()[0]
-            assert GPU_BASE.match(image) or SLIM_BASE.match(image), image
+            image, *alias = argument.split()
+            if image.startswith("${"):
+                base = defaults[image.strip("${}")]
+                assert GPU_BASE.match(base) or SLIM_BASE.match(base), base
+            else:
+                assert image in stages, f"{name}: FROM {image} is neither a base nor a stage"
+            stages.update(alias[-1:])
     users = [argument for op, argument in final_stage(name) if op == "USER"]
     assert users and users[-1] not in {"root", "0", "0:0"}
     assert re.fullmatch(r"\d+:\d+", users[-1])  # numeric: resolvable without /etc/passwd
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_builds_without_buildkit(name: str) -> None:
+    # The classic builder (Compose without buildx) rejects RUN --mount, and a syntax line makes
+    # BuildKit pull its frontend from Docker Hub.
+    text = (REPO / name).read_text()
+    assert "--mount" not in text
+    assert not re.search(r"^#\s*syntax=", text, re.MULTILINE | re.IGNORECASE)
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_index_settings_stay_in_the_deps_stage(name: str) -> None:
+    steps = instructions(name)
+    first_from = next(i for i, (op, _) in enumerate(steps) if op == "FROM")
+    second_from = next(i for i, (op, _) in enumerate(steps) if op == "FROM" and i > first_from)
+    index = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST")
+    secret = (*index, "PIP_CONSTRAINT", "BUILD_CA_CERT", "TORCH_INDEX_URL")
+    declared = [a for op, a in steps[first_from:second_from] if op == "ARG"]
+    assert {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "BUILD_CA_CERT"} <= {
+        a.split("=")[0] for a in declared
+    }
+    later = [a for op, a in steps[second_from:] if op in {"ARG", "ENV"}]
+    assert not [a for a in later if any(name in a for name in secret)], later
+
+
+def _project_step(name: str) -> str:
+    (step,) = [a for op, a in final_stage(name) if op == "RUN" and "docker_install.py project" in a]
+    return step
+
+
+@pytest.mark.parametrize(
+    ("name", "distributions"),
+    [
+        ("triton/Dockerfile", {"common", "triton"}),
+        ("triton/Dockerfile.cpu", {"common", "triton"}),
+        ("api/Dockerfile", {"common", "api"}),
+        ("playground/Dockerfile", {"common", "playground"}),
+    ],
+)
+def test_each_image_installs_only_its_distributions(name: str, distributions: set[str]) -> None:
+    copied = {
+        argument.split()[0].split("/")[0]
+        for op, argument in instructions(name)
+        if op == "COPY" and not argument.startswith("--from")
+    }
+    assert copied - {"requirements", "scripts"} == distributions
+    assert "docker_install.py" in _project_step(name)
+
+
+def test_cpu_and_gpu_images_share_the_install_step() -> None:
+    gpu, cpu = _project_step("triton/Dockerfile"), _project_step("triton/Dockerfile.cpu")
+    assert gpu.split("python3 ", 1)[1].split() == cpu.split("python3 ", 1)[1].split()
+    assert "--editable /opt/tritonbox/triton" in cpu  # templates next to the package
+
+
+def test_gpu_image_keeps_the_containers_python_stack() -> None:
+    steps = " ".join(a for op, a in instructions("triton/Dockerfile") if op == "RUN")
+    assert "--keep-installed" in steps
+    assert "pip install" not in steps  # only through the install step, which runs pip check
+    assert "llm.txt" in steps and "triton.txt" not in steps  # no torch over NVIDIA's own
 
 
 def test_gpu_and_cpu_images_run_the_same_entrypoint() -> None:
@@ -78,9 +156,13 @@ def _pin(text: str, package: str) -> str:
 
 
 def test_cpu_torch_is_the_pinned_cpu_build() -> None:
-    dockerfile = (REPO / "triton/Dockerfile.cpu").read_text()
-    pinned = _pin((REPO / "requirements/triton.txt").read_text(), "torch")
-    assert f"torch=={pinned} --index-url https://download.pytorch.org/whl/cpu" in dockerfile
+    # --cpu-torch turns the pin into torch==X+cpu (tests/deploy/test_docker_install.py); the CPU
+    # build comes from PyTorch's CPU index unless the builder names another (empty: own index).
+    runs = " ".join(a for op, a in instructions("triton/Dockerfile.cpu") if op == "RUN")
+    assert "--cpu-torch" in runs and '--extra-index-url "${TORCH_INDEX_URL}"' in runs
+    assert _pin((REPO / "requirements/triton.txt").read_text(), "torch")
+    default = arg_defaults("triton/Dockerfile.cpu")["TORCH_INDEX_URL"]
+    assert default == "https://download.pytorch.org/whl/cpu"
 
 
 def test_api_image_has_no_torch_and_no_tritonserver() -> None:
@@ -109,13 +191,15 @@ def test_dockerignore_is_an_allow_list() -> None:
         assert not path.startswith((".cache", ".venv", ".env", "models", "tests", "docs")), path
     for pattern in ("**/*.db", "**/*.gguf", "**/*.safetensors", "**/*.engine", "**/__pycache__"):
         assert pattern in rules
-    # Every file a Dockerfile copies from the context is allowed in.
+    # Every file a Dockerfile copies from the context is allowed in (a folder: something in it).
     for name in DOCKERFILES:
         for op, argument in instructions(name):
             if op != "COPY" or argument.startswith("--from"):
                 continue
             for source in argument.split()[:-1]:
                 assert any(
-                    Path(source).match(path) or source.startswith(path.replace("*.txt", ""))
+                    Path(source).match(path)
+                    or source.startswith(path.replace("*.txt", ""))
+                    or path.startswith(source)
                     for path in allowed
                 ), f"{name}: {source} is excluded by .dockerignore"
