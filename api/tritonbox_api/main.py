@@ -11,10 +11,11 @@ from sqlmodel import Session
 
 from tritonbox_api.body_limit import BodyLimitMiddleware
 from tritonbox_api.db import crud
-from tritonbox_api.db.session import Database
+from tritonbox_api.db.session import Database, settings_url
 from tritonbox_api.deps import Services
 from tritonbox_api.errors import install_error_handlers
-from tritonbox_api.routes import health, openai, permalink, predict, predictions
+from tritonbox_api.routes import health, limits, openai, permalink, predict, predictions
+from tritonbox_api.security_headers import SecurityHeadersMiddleware
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.settings import ApiSettings
@@ -28,7 +29,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        database = Database(settings.database_path)
+        database = Database(settings_url(settings))
         database.open()
 
         def recover(session: Session) -> int:
@@ -67,6 +68,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    for module in (health, predict, predictions, openai, permalink):
+    app.add_middleware(SecurityHeadersMiddleware)
+    for module in (health, predict, predictions, limits, openai, permalink):
         app.include_router(module.router)
     return app

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from tritonbox_testing.api_process import RunningApi, launch_api
+from tritonbox_testing.postgres import RunningPostgres, run_postgres
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +49,20 @@ def launch(triton_server: Any, tmp_path: Path) -> Iterator[Callable[..., Running
 def api(api_server: RunningApi) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=api_server.url, timeout=120) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[RunningPostgres]:
+    """One real PostgreSQL server for the session, started only if a test asks for it."""
+    with run_postgres() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a new, empty database: an SQLite file, then a PostgreSQL database (the tests
+    that take it run on both; `-k sqlite` or `-k postgresql` picks one)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'tritonbox.db'}"
+    server: RunningPostgres = request.getfixturevalue("postgres_server")
+    return server.create_database()

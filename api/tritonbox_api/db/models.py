@@ -1,7 +1,9 @@
-"""The `prediction` table: one row per generation, from every route.
+"""The `prediction` table: one row per generation, from every route; `api_worker`: live workers.
 
 A row is inserted when a prediction starts (status `processing`) and completed when it ends;
 `input` keeps the request's parameters as sent, `applied` every parameter as the engine got it.
+The schema changes only through a migration (tritonbox_api/migrations); a test checks that the
+migrations and these models agree.
 """
 
 from __future__ import annotations
@@ -72,3 +74,18 @@ class Prediction(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utc_now, index=True)
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    # The api worker running it (ApiWorker.id); None for rows from before several workers.
+    owner: str | None = Field(default=None, index=True, max_length=64)
+    # Set by `POST .../cancel` on any worker; the owner sees it and stops the generation.
+    cancel_requested_at: datetime | None = None
+
+
+class ApiWorker(SQLModel, table=True):
+    """A live api process: its heartbeat tells the others its running predictions are not
+    orphans (crash recovery fails only the rows of workers whose heartbeat stopped)."""
+
+    __tablename__ = "api_worker"
+
+    id: str = Field(primary_key=True, max_length=64)
+    started_at: datetime = Field(default_factory=utc_now)
+    heartbeat_at: datetime = Field(default_factory=utc_now)

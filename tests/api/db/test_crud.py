@@ -1,4 +1,5 @@
-"""crud: ids, the prediction life cycle, keyset pagination and crash recovery, on a real file."""
+"""crud: ids, the prediction life cycle, keyset pagination and crash recovery, on a real SQLite
+file and a real PostgreSQL server (`database_url`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import base64
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +18,8 @@ from tritonbox_api.db.session import Database
 
 
 @pytest.fixture
-def database(tmp_path: Path) -> Iterator[Database]:
-    database = Database(tmp_path / "tritonbox.db")
+def database(database_url: str) -> Iterator[Database]:
+    database = Database(database_url)
     database.open()
     yield database
     database.close()

@@ -41,14 +41,14 @@ def _insert(session: Session, prediction_id: str) -> Prediction:
 
 
 def test_open_creates_the_file_in_wal_mode(database: Database) -> None:
-    assert database.path.is_file()
+    assert database.path is not None and database.path.is_file()
     with database.session() as session:
         assert _pragma(session, "journal_mode") == "wal"
         assert _pragma(session, "busy_timeout") == 5000
         assert _pragma(session, "synchronous") == 1  # NORMAL
         assert _pragma(session, "foreign_keys") == 1
     # The setting is in the file: any other client sees WAL too.
-    with sqlite3.connect(database.path) as other:
+    with sqlite3.connect(str(database.path)) as other:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -125,7 +125,7 @@ def test_is_writable(database: Database) -> None:
 def test_not_writable_while_another_process_holds_the_lock(tmp_path: Path) -> None:
     database = Database(tmp_path / "locked.db", busy_timeout_ms=100)
     database.open()
-    other = sqlite3.connect(database.path, isolation_level=None)
+    other = sqlite3.connect(str(database.path), isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")
         assert not database.is_writable()
