@@ -1,0 +1,40 @@
+"""The serving engine's limits as numbers, for pages that must show them to people (the
+playground's hints say "up to 512 tokens", not a setting's name)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from tritonbox_api.deps import Guarded, ServicesDep
+from tritonbox_api.protocol.errors import unavailable
+from tritonbox_api.triton_gateway import TritonUnavailableError
+from tritonbox_common import parameters as p
+
+router = APIRouter(prefix="/v1", tags=["predictions"], dependencies=Guarded)
+
+
+class Limits(BaseModel):
+    model: str
+    max_input_tokens: int = Field(description="Longest prompt, in tokens (MAX_INPUT_LEN).")
+    max_output_tokens: int = Field(description="Largest max_tokens (MAX_OUTPUT_LEN).")
+    max_beam_width: int = Field(description="Largest beam_width (MAX_BEAM_WIDTH).")
+    max_words: int = Field(description="Most words in a stop-word or bad-word list.")
+    max_word_chars: int = Field(description="Longest stop word or bad word, in characters.")
+
+
+@router.get("/limits", response_model=Limits)
+async def limits(services: ServicesDep) -> Limits:
+    """What this engine accepts: the bounds the api checks every request against."""
+    try:
+        context = await services.engine.get()
+    except TritonUnavailableError as error:
+        raise unavailable(f"the engine is not available yet: {error}") from None
+    return Limits(
+        model=context.model_name,
+        max_input_tokens=context.info.max_input_len,
+        max_output_tokens=context.info.max_output_len,
+        max_beam_width=services.settings.max_beam_width,
+        max_words=p.MAX_WORDS,
+        max_word_chars=p.MAX_WORD_CHARS,
+    )

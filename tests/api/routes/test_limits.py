@@ -1,0 +1,16 @@
+"""The engine's limits as numbers: the bounds the api checks requests against."""
+
+from __future__ import annotations
+
+import httpx
+
+
+def test_limits_are_the_engines_numbers(api: httpx.Client) -> None:
+    limits = api.get("/v1/limits").json()
+    assert limits["max_output_tokens"] == 512 and limits["max_input_tokens"] > 0
+    assert limits["max_beam_width"] == 1
+    assert (limits["max_words"], limits["max_word_chars"]) == (32, 256)
+    assert limits["model"] == api.get("/v1/models").json()["data"][0]["id"]
+    # The limit shown is the one enforced: one token more is refused.
+    too_long = {"prompt": "Hi", "max_tokens": limits["max_output_tokens"] + 1}
+    assert api.post("/v1/predict", json=too_long).status_code == 422
