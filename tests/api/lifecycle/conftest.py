@@ -202,15 +202,16 @@ def tokenizer_dir() -> Path:
 
 @pytest.fixture
 def make_stack(
-    tmp_path: Path, tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch
+    database_url: str, tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., Any]:
-    """`async with make_stack(**settings) as stack`: the app started, with its fake engine."""
+    """`async with make_stack(**settings) as stack`: the app started, with its fake engine, on
+    SQLite and on PostgreSQL (`database_url`)."""
 
     @asynccontextmanager
     async def make(**settings: Any) -> AsyncIterator[Stack]:
         engine = FakeEngine(tokenizer_dir, max_output_len=settings.pop("max_output_len", 512))
         monkeypatch.setattr(main, "TritonGateway", lambda *a, **k: engine)
-        values = {"database_path": tmp_path / "api.db", "model_name": "fake-model", **settings}
+        values = {"database_url": database_url, "model_name": "fake-model", **settings}
         factory: Any = ApiSettings  # `_env_file=None`: tests ignore a developer's .env
         app = create_app(factory(_env_file=None, **values))
         async with app.router.lifespan_context(app):

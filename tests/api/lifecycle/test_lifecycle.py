@@ -5,12 +5,11 @@ and the concurrency slot and the in-flight gauge come back."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from tritonbox_api import metrics
 from tritonbox_api.db import crud
@@ -215,7 +214,7 @@ def test_slots_do_not_leak(make_stack: Callable[..., Any]) -> None:
 
 
 def test_shutdown_cancels_and_stops_everything(
-    make_stack: Callable[..., Any], tmp_path: Path
+    make_stack: Callable[..., Any], database_url: str
 ) -> None:
     async def main() -> None:
         async with make_stack() as stack:
@@ -229,8 +228,11 @@ def test_shutdown_cancels_and_stops_everything(
             await exchange.finish()
 
     asyncio.run(main())
-    with sqlite3.connect(tmp_path / "api.db") as connection:
-        statuses = [s for (s,) in connection.execute("SELECT status FROM prediction")]
+    # Read after the app is gone: what it left in the database (SQLite or PostgreSQL).
+    engine = create_engine(database_url)
+    with engine.connect() as connection:
+        statuses = [s for (s,) in connection.execute(text("SELECT status FROM prediction"))]
+    engine.dispose()
     assert statuses == ["canceled"] * 3
 
 
