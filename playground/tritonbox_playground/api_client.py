@@ -35,9 +35,22 @@ class Prediction(BaseModel):
     output: str = ""
     error: str | None = None
     finish_reason: str | None = None
+    stop_word: str | None = None  # which stop word ended it, once the api records it
     metrics: dict[str, float | int | None] = {}
     urls: dict[str, str] = {}
     created_at: str | None = None
+
+
+class EngineLimits(BaseModel):
+    """The api's GET /v1/limits: what this engine accepts, as numbers to show people."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = ""
+    max_input_tokens: int
+    max_output_tokens: int
+    max_words: int
+    max_word_chars: int
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,13 @@ class ApiClient:
 
     async def cancel(self, prediction_id: str) -> Prediction:
         return _prediction(await self._json("POST", f"/v1/predictions/{prediction_id}/cancel"))
+
+    async def limits(self) -> EngineLimits:
+        body = await self._json("GET", "/v1/limits")
+        try:
+            return EngineLimits.model_validate(body)
+        except ValidationError:
+            raise PlaygroundError("the api's limits have an unexpected shape") from None
 
     async def list(self, *, limit: int = 20, source: str | None = None) -> list[Prediction]:
         params: dict[str, str | int] = {"limit": limit}

@@ -13,9 +13,23 @@ import gradio as gr
 
 from tritonbox_common import snippets
 from tritonbox_playground import display
-from tritonbox_playground.api_client import ApiClient, PlaygroundError, Prediction, Started
-from tritonbox_playground.form import CHAT_MODE, FIELDS, from_prediction, generation_input
+from tritonbox_playground.api_client import (
+    ApiClient,
+    PlaygroundError,
+    Prediction,
+    Started,
+)
+from tritonbox_playground.compare_app import wire_compare
+from tritonbox_playground.form import (
+    CHAT_MODE,
+    FIELDS,
+    from_prediction,
+    generation_input,
+    missing_prompt,
+    plain_error,
+)
 from tritonbox_playground.layout import ALL_SOURCES, build_layout, earlier_note
+from tritonbox_playground.page_load import wire_page_load
 from tritonbox_playground.runs import ActiveRuns
 from tritonbox_playground.settings import PlaygroundSettings
 
@@ -119,15 +133,21 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
         async def run(
             request: gr.Request, earlier_messages: list[dict[str, str]], *values: Any
         ) -> AsyncIterator[tuple[str, str, str]]:
+            values_by_name = dict(zip(FIELDS, values, strict=True))
+            missing = missing_prompt(values_by_name)
+            if missing:  # nothing to send: say so next to Run, and send nothing
+                yield "", display.hint(missing), ""
+                return
             handle = runs.begin(_session(request))
             text, current = "", ""
             try:
-                body = generation_input(dict(zip(FIELDS, values, strict=True)), earlier_messages)
+                body = generation_input(values_by_name, earlier_messages)
                 yield "", display.running(None), ""
                 async with contextlib.aclosing(api.stream_prediction(body)) as events:
                     async for event in events:
                         if isinstance(event, Started):
-                            current = handle.prediction_id = event.id
+                            current = event.id
+                            handle.prediction_ids.append(current)
                             if handle.stop_requested:  # Stop came before the id
                                 await api.cancel(event.id)
                             yield text, display.running(current), current
@@ -137,7 +157,7 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
                         else:
                             yield event.output, display.outcome(event), event.id
             except PlaygroundError as failure:
-                yield text, display.error(failure.message), current
+                yield text, display.error(plain_error(failure.message)), current
             finally:
                 runs.end(_session(request), handle)
 
@@ -147,12 +167,12 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
                 gr.Info("Nothing is running.")
                 return
             handle.stop_requested = True
-            if handle.prediction_id is None:
-                return  # the run cancels itself when the api tells it the id
-            try:
-                await api.cancel(handle.prediction_id)
-            except PlaygroundError as failure:
-                gr.Warning(f"Stop: {failure.message}")
+            # No id yet: the run cancels itself when the api tells it the id.
+            for prediction_id in handle.prediction_ids:
+                try:
+                    await api.cancel(prediction_id)
+                except PlaygroundError as failure:
+                    gr.Warning(f"Stop: {failure.message}")
 
         def code(*values: Any) -> tuple[str, str, str]:
             try:
@@ -241,5 +261,11 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             api_visibility="private",
         )
         demo.load(list_recent, inputs=recent_source, outputs=recent, api_visibility="private")
+
+        compare_run = wire_compare(page.compare, api, runs, _session)
+        compare_run.then(
+            list_recent, inputs=recent_source, outputs=recent, api_visibility="private"
+        )
+        wire_page_load(demo, page, api)
     demo.queue(default_concurrency_limit=settings.playground_concurrency)
     return demo

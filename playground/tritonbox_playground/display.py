@@ -4,9 +4,11 @@ the list of recent predictions. Markdown is built here, with every text from out
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 
 from tritonbox_playground.api_client import Prediction
+from tritonbox_playground.form import text_from_words
 
 _FINISH = {
     "stop": "the model finished its answer",
@@ -27,6 +29,11 @@ def escape(text: str) -> str:
 
 def error(message: str) -> str:
     return f"**Error:** {escape(message)}"
+
+
+def hint(message: str) -> str:
+    """A nudge, not a failure: `message` is the page's own Markdown."""
+    return f"👉 {message}"
 
 
 def running(prediction_id: str | None) -> str:
@@ -63,12 +70,49 @@ def outcome(prediction: Prediction) -> str:
         head = error(prediction.error or "the prediction failed")
     else:
         head = f"**{escape(prediction.status.capitalize())}…**"
-    lines = [head]
+    lines = [head, *words_notes(prediction)]
     web = prediction.urls.get("web")
     if web:
         lines.append(f"Permalink: [{escape(web)}]({web})")
     lines.append(metrics(prediction))
     return "\n\n".join(lines)
+
+
+def _quoted(words: Sequence[str]) -> str:
+    # Written as in the form (\\n for a line break), so a blank-looking word is visible.
+    return ", ".join(f"“{escape(text_from_words([word]))}”" for word in words)
+
+
+def _words(prediction: Prediction, name: str) -> list[str]:
+    words = {**prediction.input, **prediction.applied}.get(name)
+    return [str(word) for word in words] if isinstance(words, list) else []
+
+
+def words_notes(prediction: Prediction) -> list[str]:
+    """What the stop words and bad words did to this answer, in plain words."""
+    notes = []
+    stops = _words(prediction, "stop_words_list")
+    if prediction.finish_reason == "stop_word":
+        # The api cuts the answer right before the stop word: it ended where the text ends.
+        word = prediction.stop_word or (stops[0] if len(stops) == 1 else None)
+        which = f"the stop word {_quoted([word])}" if word else f"one of {_quoted(stops)}"
+        tokens = prediction.metrics.get("completion_tokens")
+        notes.append(
+            f"✂️ Ended by {which}: the answer stops right before it, after "
+            f"{len(prediction.output):,} characters"
+            + ("" if tokens is None else f" ({tokens} tokens)")
+            + "; the stop word itself is not shown."
+        )
+        flat = " ".join(prediction.output.split())
+        tail = flat if len(flat) <= 40 else "…" + flat[-39:]  # the answer's last words
+        cut = _quoted([word]) if word else "the stop word"
+        notes.append(f"Where: {escape(tail)} ✂ {cut}")
+    elif stops and prediction.status == "succeeded":
+        notes.append(f"Stop words {_quoted(stops)}: not reached.")
+    bans = _words(prediction, "bad_words_list")
+    if bans:
+        notes.append(f"🚫 Banned (the model could not write them): {_quoted(bans)}.")
+    return notes
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -87,12 +131,16 @@ def _when(created_at: str | None) -> str:
 
 
 def prompt_of(prediction: Prediction) -> str:
-    """The prompt, or a chat's last message."""
-    sent = {**prediction.input, **prediction.applied}
-    messages = sent.get("messages")
-    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
-        return str(messages[-1].get("content", ""))
-    return str(sent.get("prompt") or "")
+    """The prompt, or a chat's last message from the user (what was asked)."""
+    for sent in (prediction.input, prediction.applied):
+        messages = sent.get("messages")
+        if isinstance(messages, list):
+            asked = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+            if asked:
+                return str(asked[-1].get("content") or "")
+        if sent.get("prompt"):
+            return str(sent["prompt"])
+    return ""
 
 
 def recent_row(prediction: Prediction) -> list[str]:

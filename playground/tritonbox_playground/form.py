@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonbox_common import parameters as p
-from tritonbox_playground.api_client import PlaygroundError, Prediction
+from tritonbox_playground.api_client import EngineLimits, PlaygroundError, Prediction
 
 PROMPT_MODE, CHAT_MODE = "Prompt", "Chat"
 MODES = (PROMPT_MODE, CHAT_MODE)
@@ -53,10 +53,73 @@ _ESCAPES = {"\\n": "\n", "\\t": "\t", "\\\\": "\\"}
 _UNESCAPES = {value: key for key, value in _ESCAPES.items()}
 
 
-def hint(parameter: p.Parameter, extra: str = "") -> str:
-    """The parameter's plain-language hint, then the limits the api enforces."""
-    limits = parameter.limits()
-    return f"{parameter.hint}{extra}" + (f" Limits: {limits}." if limits else "")
+# Above this, a bound is "any whole number" to a person: nobody types a 19-digit seed.
+_UNBOUNDED = 2**31
+
+
+def _plain(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def _engine_bound(parameter: p.Parameter, limits: EngineLimits | None) -> str | None:
+    """The engine-dependent upper bound, as a number (or a label) a person can act on."""
+    if parameter.engine_limit == "MAX_OUTPUT_LEN":
+        return None if limits is None else _plain(limits.max_output_tokens)
+    if parameter.engine_limit in LABELS:
+        return LABELS[parameter.engine_limit]  # "up to Max tokens"
+    return None
+
+
+def plain_limits(parameter: p.Parameter, limits: EngineLimits | None = None) -> str:
+    """The range the api accepts, in words and this engine's numbers: "From 1 to 512."."""
+    if parameter.size_limit is not None:
+        most = p.MAX_WORDS if limits is None else limits.max_words
+        chars = p.MAX_WORD_CHARS if limits is None else limits.max_word_chars
+        return f"Up to {most} words, each up to {chars} characters."
+    low = parameter.ge
+    high = parameter.le if parameter.le is not None and parameter.le < _UNBOUNDED else None
+    bound = _engine_bound(parameter, limits)
+    if parameter.engine_limit and bound is None:
+        return f"At least {_plain(low or 0)}; this engine's maximum will show once the api answers."
+    top = bound if bound is not None else (None if high is None else _plain(high))
+    if low is not None and top is not None:
+        from_engine = bound is not None and parameter.engine_limit not in LABELS
+        return f"From {_plain(low)} to {top}" + (" on this engine." if from_engine else ".")
+    if parameter.name == p.SEED.name:
+        return "Any whole number from 0, e.g. 42."
+    return "" if low is None else f"At least {_plain(low)}."
+
+
+def hint(parameter: p.Parameter, extra: str = "", limits: EngineLimits | None = None) -> str:
+    """The parameter's plain-language hint, then the range the api accepts."""
+    return " ".join(
+        part for part in (f"{parameter.hint}{extra}", plain_limits(parameter, limits)) if part
+    )
+
+
+def prompt_hint(limits: EngineLimits | None) -> str:
+    if limits is None:
+        return "As long as this engine allows (the number shows once the api answers)."
+    tokens = limits.max_input_tokens
+    return (
+        f"Up to {tokens:,} tokens (about {tokens * 3 // 4:,} words) on this engine, "
+        "system prompt included."
+    )
+
+
+def missing_prompt(values: dict[str, Any]) -> str | None:
+    """What to tell a person who pressed Run with nothing to send (None: there is something)."""
+    if str(values.get("prompt") or "").strip():
+        return None
+    if values.get("mode") == CHAT_MODE:
+        return "Write your message in the **Your message** box first: nothing was sent."
+    return "Write a prompt first (the text the model should continue): nothing was sent."
+
+
+def plain_error(message: str) -> str:
+    """The api's message with a parameter's name replaced by the label the page shows."""
+    name, colon, rest = message.partition(":")
+    return f"{LABELS[name]}:{rest}" if colon and name in LABELS else message
 
 
 def words_from_text(text: str | None) -> list[str]:
@@ -79,7 +142,7 @@ def _seed(value: Any) -> int | None:
         return None
     if not text.isdigit():
         raise PlaygroundError(
-            f"Seed: write a whole number ({p.SEED.limits()}) or leave it empty, not {text!r}."
+            f"Seed: write a whole number (e.g. 42) or leave it empty, not {text!r}."
         )
     return int(text)
 

@@ -14,10 +14,10 @@ import gradio as gr
 
 from tritonbox_common import parameters as p
 from tritonbox_playground import display
+from tritonbox_playground.compare_layout import CompareLayout, build_compare
 from tritonbox_playground.form import (
     CHAT_MODE,
     FIELDS,
-    INTEGERS,
     LABELS,
     MAIN_NUMBERS,
     MODES,
@@ -25,7 +25,9 @@ from tritonbox_playground.form import (
     PROMPT_MODE,
     WORD_LISTS,
     hint,
+    prompt_hint,
 )
+from tritonbox_playground.layout_parts import number_control
 
 ALL_SOURCES = "all"
 
@@ -36,25 +38,6 @@ EXAMPLES = [
     [CHAT_MODE, "You are a friendly poet.", "Write a haiku about the sea.", 48, 0.8, "", ""],
     [PROMPT_MODE, "", "Three fruits that are red:", 24, 0.0, "\\n", "cherry"],
 ]
-
-
-def _number_control(parameter: p.Parameter) -> gr.components.Component:
-    common: dict[str, Any] = {
-        "label": LABELS[parameter.name],
-        "info": hint(parameter),
-        "elem_id": parameter.name,
-    }
-    if parameter.name not in INTEGERS and parameter.ge is not None and parameter.le is not None:
-        return gr.Slider(
-            minimum=parameter.ge, maximum=parameter.le, value=parameter.default, step=0.01, **common
-        )
-    return gr.Number(
-        value=parameter.default,
-        minimum=parameter.ge,
-        maximum=parameter.le,
-        precision=0 if parameter.name in INTEGERS else None,
-        **common,
-    )
 
 
 def earlier_note(earlier: Sequence[dict[str, str]]) -> Any:
@@ -90,6 +73,8 @@ class Layout:
     recent: Any
     open_id: Any
     open_button: Any
+    tabs: Any
+    compare: CompareLayout
 
     @property
     def form(self) -> list[Any]:
@@ -101,12 +86,24 @@ def build_layout(*, key_required: bool) -> Layout:
     """Create the page's components; call inside `gr.Blocks()`."""
     gr.Markdown(
         "# TritonBox playground\n"
-        "Try a prompt, tune how the model answers, and share the result: every run is "
-        "saved with a permalink."
+        "Try a prompt, see how the settings change the answer, and share the result: every "
+        "run is saved with a permalink. **Compare settings** runs two or three settings side "
+        "by side."
     )
     earlier = gr.State([])
     # Any: gradio adds the event methods (.change, .submit) at run time.
     controls: dict[str, Any] = {}
+    with gr.Tabs() as tabs:
+        with gr.Tab("Try a prompt", id="run"):
+            parts = _run_tab(controls, key_required=key_required)
+        with gr.Tab("Compare settings", id="compare", elem_id="compare_tab"):
+            compare = build_compare()
+    recent_parts = _recent()
+    return Layout(controls=controls, earlier=earlier, tabs=tabs, compare=compare,
+                  **parts, **recent_parts)  # fmt: skip
+
+
+def _run_tab(controls: dict[str, Any], *, key_required: bool) -> dict[str, Any]:
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             controls["mode"] = gr.Radio(
@@ -117,20 +114,22 @@ def build_layout(*, key_required: bool) -> Layout:
                 "message as an assistant, following the system prompt.",
                 elem_id="mode",
             )
-            controls["system_prompt"] = gr.Textbox(
-                "",
-                label="System prompt",
-                lines=2,
-                visible=False,
-                placeholder="How the assistant should behave, e.g. 'Answer in one sentence.'",
-                elem_id="system_prompt",
-            )
+            # The message comes first: in chat mode the box people write in is the first one.
             controls["prompt"] = gr.Textbox(
                 "",
                 label="Prompt",
                 lines=6,
                 placeholder="Write the text the model should continue…",
+                info=prompt_hint(None),
                 elem_id="prompt",
+            )
+            controls["system_prompt"] = gr.Textbox(
+                "",
+                label="System prompt (optional)",
+                lines=2,
+                visible=False,
+                placeholder="How the assistant should behave, e.g. 'Answer in one sentence.'",
+                elem_id="system_prompt",
             )
             with gr.Row():
                 earlier_note_box = earlier_note([])
@@ -145,7 +144,7 @@ def build_layout(*, key_required: bool) -> Layout:
             prediction_id = gr.Textbox(label="Prediction id", visible=False)
         with gr.Column(scale=2):
             for parameter in MAIN_NUMBERS:
-                controls[parameter.name] = _number_control(parameter)
+                controls[parameter.name] = number_control(parameter)
             controls[p.SEED.name] = gr.Textbox(
                 "",
                 label=LABELS[p.SEED.name],
@@ -163,7 +162,7 @@ def build_layout(*, key_required: bool) -> Layout:
                 )
             with gr.Accordion("More settings", open=False):
                 for parameter in MORE_NUMBERS:
-                    controls[parameter.name] = _number_control(parameter)
+                    controls[parameter.name] = number_control(parameter)
 
     gr.Examples(
         examples=EXAMPLES,
@@ -201,6 +200,21 @@ def build_layout(*, key_required: bool) -> Layout:
                     language="python", label="openai SDK", buttons=["copy"], elem_id="openai"
                 )
 
+    return dict(
+        earlier_note=earlier_note_box,
+        new_chat=new_chat,
+        run_button=run_button,
+        stop_button=stop_button,
+        answer=answer,
+        result=result,
+        prediction_id=prediction_id,
+        curl_code=curl_code,
+        python_code=python_code,
+        openai_code=openai_code,
+    )
+
+
+def _recent() -> dict[str, Any]:
     with gr.Accordion("Recent predictions", open=True):
         with gr.Row():
             recent_source = gr.Radio(
@@ -226,19 +240,7 @@ def build_layout(*, key_required: bool) -> Layout:
                 elem_id="open_id",
             )
             open_button = gr.Button("Open", size="sm", scale=1)
-    return Layout(
-        controls=controls,
-        earlier=earlier,
-        earlier_note=earlier_note_box,
-        new_chat=new_chat,
-        run_button=run_button,
-        stop_button=stop_button,
-        answer=answer,
-        result=result,
-        prediction_id=prediction_id,
-        curl_code=curl_code,
-        python_code=python_code,
-        openai_code=openai_code,
+    return dict(
         recent_source=recent_source,
         refresh=refresh,
         recent=recent,

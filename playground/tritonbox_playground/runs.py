@@ -3,18 +3,21 @@
 Stop is its own event: it finds the run by the session, asks the api to cancel the prediction
 (known from the X-Prediction-Id header), and the run's stream then ends with the canceled
 prediction, permalink included. A Stop that comes before the api has answered with the id is
-remembered, and the run cancels itself as soon as the id arrives.
+remembered, and the run cancels itself as soon as the id arrives. A comparison is one run of
+several predictions: Stop cancels them all.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
 class RunHandle:
-    prediction_id: str | None = None
+    """One Run (one prediction) or one Compare (one per setting)."""
+
+    prediction_ids: list[str] = field(default_factory=list)
     stop_requested: bool = False
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tritonbox_common import parameters as p
-from tritonbox_playground.api_client import PlaygroundError, Prediction
+from tritonbox_playground.api_client import EngineLimits, PlaygroundError, Prediction
 from tritonbox_playground.form import (
     CHAT_MODE,
     FIELDS,
@@ -14,6 +16,9 @@ from tritonbox_playground.form import (
     from_prediction,
     generation_input,
     hint,
+    missing_prompt,
+    plain_error,
+    prompt_hint,
     text_from_words,
     words_from_text,
 )
@@ -24,7 +29,50 @@ def test_the_form_starts_from_the_apis_defaults_and_hints() -> None:
     assert set(values) == set(FIELDS)
     for parameter in (p.MAX_TOKENS, p.TEMPERATURE, p.TOP_P, p.TOP_K, p.REPETITION_PENALTY):
         assert values[parameter.name] == parameter.default
-    assert hint(p.TEMPERATURE) == f"{p.TEMPERATURE.hint} Limits: {p.TEMPERATURE.limits()}."
+    assert hint(p.TEMPERATURE) == f"{p.TEMPERATURE.hint} From 0 to 2."
+
+
+ENGINE = EngineLimits(
+    max_input_tokens=1024, max_output_tokens=512, max_words=32, max_word_chars=256
+)
+
+
+@pytest.mark.parametrize("limits", [None, ENGINE])
+def test_every_limit_on_the_page_is_a_number_a_person_can_act_on(
+    limits: EngineLimits | None,
+) -> None:
+    for name in FIELDS[3:]:
+        parameter = next(parameter for parameter in p.ALL_PARAMETERS if parameter.name == name)
+        text = hint(parameter, limits=limits)
+        assert "≤" not in text and "≥" not in text, text
+        assert not re.search(r"[A-Z]{3,}_[A-Z]{3,}", text), text  # no setting's name
+        assert not re.search(r"\d{6,}", text.replace(",", "")), text  # no 19-digit bound
+    assert hint(p.MAX_TOKENS, limits=ENGINE).endswith("From 1 to 512 on this engine.")
+    assert "From 0 to Max tokens." in hint(p.MIN_TOKENS, limits=limits)
+    assert "e.g. 42" in hint(p.SEED)
+    assert "Up to 32 words, each up to 256 characters." in hint(p.STOP_WORDS, limits=limits)
+    assert prompt_hint(ENGINE) == (
+        "Up to 1,024 tokens (about 768 words) on this engine, system prompt included."
+    )
+
+
+def test_a_bigger_engine_shows_bigger_limits() -> None:
+    bigger = ENGINE.model_copy(update={"max_output_tokens": 4096, "max_input_tokens": 32768})
+    assert hint(p.MAX_TOKENS, limits=bigger).endswith("From 1 to 4,096 on this engine.")
+    assert "Up to 32,768 tokens" in prompt_hint(bigger)
+
+
+def test_an_empty_prompt_or_message_sends_nothing_and_says_why() -> None:
+    assert missing_prompt(defaults() | {"prompt": "Hi"}) is None
+    assert "prompt first" in (missing_prompt(defaults() | {"prompt": "  \n"}) or "")
+    chat = defaults() | {"mode": CHAT_MODE, "system_prompt": "Be brief.", "prompt": ""}
+    assert "Your message" in (missing_prompt(chat) or "")
+
+
+def test_the_apis_messages_use_the_pages_labels() -> None:
+    message = "max_tokens: must be at most 512 (MAX_OUTPUT_LEN), got 100000"
+    assert plain_error(message) == "Max tokens: must be at most 512 (MAX_OUTPUT_LEN), got 100000"
+    assert plain_error("the api at x cannot be reached") == "the api at x cannot be reached"
 
 
 def test_a_prompt_becomes_the_apis_input() -> None:
