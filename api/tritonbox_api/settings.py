@@ -58,8 +58,14 @@ class ApiSettings(BaseSettings):
     database_url: SecretStr | None = Field(
         default=None,
         description="SQLAlchemy URL of the prediction database; unset = the SQLite file "
-        "DATABASE_PATH. PostgreSQL: `postgresql+psycopg://USER:PASSWORD@HOST:5432/NAME` "
-        "(docs/scaling.md). The schema is migrated on start.",
+        "DATABASE_PATH. PostgreSQL: `postgresql+psycopg://USER@HOST:5432/NAME` with "
+        "POSTGRES_PASSWORD, or the password in the URL (docs/scaling.md). The schema is "
+        "migrated on start.",
+    )
+    postgres_password: SecretStr | None = Field(
+        default=None,
+        description="Password for a PostgreSQL DATABASE_URL that names none (it then needs no "
+        "URL-encoding); compose.postgres.yaml also creates its server's user with it.",
     )
     api_workers: int = Field(
         default=1,

@@ -43,11 +43,15 @@ class DatabaseClosedError(RuntimeError):
     pass
 
 
-def settings_url(settings: ApiSettings) -> str:
-    """DATABASE_URL when set, else the SQLite file DATABASE_PATH."""
-    if settings.database_url is not None:
-        return settings.database_url.get_secret_value()
-    return f"sqlite:///{settings.database_path}"
+def settings_url(settings: ApiSettings) -> URL:
+    """DATABASE_URL when set (with POSTGRES_PASSWORD when it names no password), else the
+    SQLite file DATABASE_PATH."""
+    if settings.database_url is None:
+        return make_url(f"sqlite:///{settings.database_path}")
+    url = make_url(settings.database_url.get_secret_value())
+    if url.password is None and settings.postgres_password is not None:
+        url = url.set(password=settings.postgres_password.get_secret_value())
+    return url
 
 
 class Database:

@@ -7,13 +7,15 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlmodel import Session, func, select
 
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import Prediction, Source
-from tritonbox_api.db.session import Database, DatabaseClosedError
+from tritonbox_api.db.session import Database, DatabaseClosedError, settings_url
+from tritonbox_api.settings import ApiSettings
 
 
 @pytest.fixture
@@ -162,3 +164,27 @@ def test_close_leaves_one_self_contained_file(tmp_path: Path) -> None:
     assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file
     with sqlite3.connect(path) as other:
         assert other.execute("SELECT id FROM prediction").fetchall() == [("a",)]
+
+
+def test_the_url_from_the_settings(tmp_path: Path) -> None:
+    factory: Any = ApiSettings  # `_env_file=None`: tests ignore a developer's .env
+    default = settings_url(factory(_env_file=None, database_path=tmp_path / "x.db"))
+    assert default.render_as_string() == f"sqlite:///{tmp_path / 'x.db'}"
+    # A password with URL-special characters needs no encoding when given on its own.
+    postgres = settings_url(
+        factory(
+            _env_file=None,
+            database_url="postgresql+psycopg://tritonbox@db:5432/tritonbox",
+            postgres_password="p@ss/w:rd%",
+        )
+    )
+    assert postgres.password == "p@ss/w:rd%" and postgres.host == "db"
+    assert "p@ss" not in Database(postgres).name
+    named = settings_url(
+        factory(
+            _env_file=None,
+            database_url="postgresql+psycopg://u:inline@db/x",
+            postgres_password="other",
+        )
+    )
+    assert named.password == "inline"  # the URL's own password wins
