@@ -23,7 +23,7 @@ from tritonbox_testing.deploy import (
     resolved,
 )
 
-from tritonbox_triton.env_file import known_env_keys
+from tritonbox_common.env_file import known_env_keys
 
 GPU_ENV = {"ENGINE_REPOSITORY": "my-org/gemma-7b-it-trtllm"}
 
