@@ -165,8 +165,10 @@ def test_cancelled_request_stops_within_one_step(
     neighbour.wait()
     assert cancelled.cancelled
     assert cancelled.finish is None
-    # No token was produced after the engine saw the cancellation.
-    assert len(cancelled.tokens) == cancelled.tokens_when_cancel_seen == 3
+    # No token was produced after the engine saw the cancellation (it asks the client every
+    # CANCEL_CHECK_S, not every step: each question is a round trip to Triton).
+    assert len(cancelled.tokens) == cancelled.tokens_when_cancel_seen
+    assert 3 <= len(cancelled.tokens) < 30
     assert neighbour.finish is not None and len(neighbour.tokens) > 3
 
 

@@ -35,9 +35,9 @@ log = logging.getLogger(__name__)
 # How long a stop for an id the engine has not seen yet is kept (the stop may overtake its
 # request on the way in). A stop for a known request, waiting or running, acts at once.
 EARLY_STOP_TTL_S = 60.0
-# How often the waiting requests' clients are asked whether they left (each question is a round
-# trip to Triton); running sequences are asked every step.
-WAITING_CANCEL_CHECK_S = 0.1
+# How often clients are asked whether they left: each question is a round trip to Triton, which
+# on a loaded CPU costs milliseconds, once per request. A `stop` is seen at every step.
+CANCEL_CHECK_S = 0.1
 
 
 class FinishReason(StrEnum):
@@ -129,7 +129,7 @@ class InflightBatcher:
         self._thread: threading.Thread | None = None
         self._stop_ids: dict[str, float] = {}  # request id -> when the stop arrived
         self._iteration = 0
-        self._waiting_checked = 0.0
+        self._clients_asked = 0.0
         self._step = {"context": 0, "context_tokens": 0, "generation": 0}
 
     def submit(self, request: GenerationRequest) -> bool:
@@ -171,11 +171,13 @@ class InflightBatcher:
             request.sink.on_cancelled()
             self._observer.on_finished("cancelled")
 
-    def _is_cancelled(self, request: GenerationRequest) -> bool:
-        if request.request_id and request.request_id in self._stop_ids:
-            del self._stop_ids[request.request_id]
-            return True
-        return request.sink.is_cancelled()
+    def _is_cancelled(self, request: GenerationRequest, *, ask_client: bool = True) -> bool:
+        """A `stop` for it arrived, or (when `ask_client`) its client left. Never called with
+        the lock held: asking the client is a round trip to Triton."""
+        with self._wakeup:
+            if request.request_id and self._stop_ids.pop(request.request_id, None) is not None:
+                return True
+        return ask_client and request.sink.is_cancelled()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="inflight-batcher", daemon=True)
@@ -211,8 +213,13 @@ class InflightBatcher:
     def run_once(self) -> bool:
         """One iteration: cancellations, admissions, one decode step. False when idle."""
         self._step = dict.fromkeys(self._step, 0)
-        self._drop_cancelled()
-        self._drop_cancelled_waiting()
+        now = time.monotonic()
+        ask_clients = now - self._clients_asked >= CANCEL_CHECK_S
+        if ask_clients:
+            self._clients_asked = now
+        self._drop_cancelled(ask_clients)
+        if ask_clients:
+            self._drop_cancelled_waiting()
         self._admit()
         if self._running:
             self._decode_step()
@@ -237,11 +244,7 @@ class InflightBatcher:
         )
 
     def _drop_cancelled_waiting(self) -> None:
-        """Requests whose clients left while they waited leave the queue (rate-limited)."""
-        now = time.monotonic()
-        if now - self._waiting_checked < WAITING_CANCEL_CHECK_S:
-            return
-        self._waiting_checked = now
+        """Requests whose clients left while they waited leave the queue."""
         with self._wakeup:
             waiting = list(self._waiting)
         gone = [request for request in waiting if self._is_cancelled(request)]
@@ -252,12 +255,16 @@ class InflightBatcher:
                         self._waiting.remove(request)
             self._cancel(gone)
 
-    def _drop_cancelled(self) -> None:
+    def _drop_cancelled(self, ask_clients: bool) -> None:
         with self._wakeup:
             if self._stop_ids:
                 expired = time.monotonic() - EARLY_STOP_TTL_S
                 self._stop_ids = {k: t for k, t in self._stop_ids.items() if t > expired}
-            keep = [i for i, run in enumerate(self._running) if not self._is_cancelled(run.request)]
+        keep = [
+            i
+            for i, run in enumerate(self._running)
+            if not self._is_cancelled(run.request, ask_client=ask_clients)
+        ]
         if len(keep) == len(self._running):
             return
         for i, run in enumerate(self._running):
@@ -281,8 +288,7 @@ class InflightBatcher:
                 ):
                     return  # wait for KV cache room; the request stays first in line
                 self._waiting.popleft()
-                cancelled = self._is_cancelled(request)
-            if cancelled:
+            if self._is_cancelled(request):
                 self._cancel([request])
                 continue
             try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -117,9 +118,17 @@ class TritonSink:
         self._send(pb_utils.InferenceResponse(error=error), final=True)
 
 
+# The request counts are set as soon as they change (they tell that a stopped request has left);
+# everything else at most this often, and once more when the engine falls idle. Each set is a
+# round trip to the Triton process, which on a loaded CPU costs milliseconds: a dozen per
+# iteration slowed every decode step, and with it every stop.
+FULL_UPDATE_S = 0.5
+IMMEDIATE = {("nv_trt_llm_request_metrics", "active"), ("nv_trt_llm_request_metrics", "waiting")}
+
+
 class TritonMetrics:
-    """Engine metrics on Triton's /metrics, set once per engine iteration: TensorRT-LLM
-    backend's gauge families (same names and labels), plus token and outcome counters."""
+    """Engine metrics on Triton's /metrics: TensorRT-LLM backend's gauge families (same names
+    and labels), plus token and outcome counters."""
 
     def __init__(self, model: str, version: str) -> None:
         gauge, counter = pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.COUNTER
@@ -145,18 +154,23 @@ class TritonMetrics:
         self._finished = {name: finished.Metric(labels={"outcome": name}) for name in OUTCOMES}
         self._pending_tokens = 0
         self._last: dict[tuple[str, str], float] = {}
+        self._full_at = 0.0
+        self._idle_written = False
 
     def on_iteration(self, stats: IterationStats) -> None:
-        if self._pending_tokens:
-            self._tokens.increment(self._pending_tokens)
-            self._pending_tokens = 0
+        now = time.monotonic()
+        idle = not (stats.active or stats.waiting)
+        full = now - self._full_at >= FULL_UPDATE_S or (idle and not self._idle_written)
+        if full:
+            self._full_at, self._idle_written = now, idle
+            if self._pending_tokens:
+                self._tokens.increment(self._pending_tokens)
+                self._pending_tokens = 0
         for key, value in nvidia_values(stats).items():
             # Only changes: an idle engine iterates 20 times a second for nothing.
-            if self._last.get(key) != value and key[1] != "timestamp":
+            if (full or key in IMMEDIATE) and self._last.get(key) != value:
                 self._gauges[key].set(value)
                 self._last[key] = value
-        if stats.active or stats.waiting or stats.iteration % 20 == 0:
-            self._gauges[("nv_trt_llm_general_metrics", "timestamp")].set(stats.timestamp_us)
 
     def on_tokens(self, count: int) -> None:
         self._pending_tokens += count
