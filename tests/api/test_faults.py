@@ -224,7 +224,7 @@ def test_api_key_guards_everything_but_health_and_metrics(launch: Any) -> None:
         assert refused.headers["www-authenticate"] == "Bearer"
         assert "s3cret" not in refused.text
     assert httpx.get(f"{url}/v1/models").status_code == 401
-    assert httpx.get(f"{url}/p/anything").status_code == 401
+    assert httpx.get(f"{url}/v1/predictions").status_code == 401
     assert httpx.get(f"{url}/healthz").status_code == 200
     assert httpx.get(f"{url}/metrics").status_code == 200
     guarded.wait_ready()

@@ -8,10 +8,12 @@ from sqlmodel import Session
 
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import Prediction
-from tritonbox_api.deps import Guarded, ServicesDep
+from tritonbox_api.deps import ServicesDep
 from tritonbox_api.pages.permalink import render_not_found, render_permalink
 
-router = APIRouter(prefix="/p", tags=["permalink"], dependencies=Guarded)
+# Open to whoever holds the link, with or without API_KEY: the id (192 random bits) is the
+# capability, as with Replicate's shared predictions. The page links to nothing that lists others.
+router = APIRouter(prefix="/p", tags=["permalink"])
 
 
 @router.get("/{prediction_id}", response_class=HTMLResponse)

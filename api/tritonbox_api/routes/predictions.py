@@ -25,7 +25,9 @@ from tritonbox_api.routes.common import prediction_headers, start
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 
-router = APIRouter(prefix="/v1/predictions", tags=["predictions"], dependencies=Guarded)
+# Guarded route by route: reading one prediction is open to whoever holds its id (a permalink is
+# a capability, as the page at /p/{id} is), while creating, listing and cancelling need the key.
+router = APIRouter(prefix="/v1/predictions", tags=["predictions"])
 
 
 def _out(services: Services, row: Prediction) -> PredictionOut:
@@ -46,7 +48,7 @@ async def _sse(services: Services, started: Started) -> AsyncIterator[ServerSent
             yield ServerSentEvent(event, event="output")
 
 
-@router.post("", response_model=PredictionOut, status_code=201)
+@router.post("", response_model=PredictionOut, status_code=201, dependencies=Guarded)
 async def create_prediction(
     body: PredictionCreate, request: Request, services: ServicesDep
 ) -> Response:
@@ -66,7 +68,7 @@ async def create_prediction(
     return JSONResponse(final.model_dump(mode="json"), status_code=201, headers=headers)
 
 
-@router.get("", response_model=PredictionList)
+@router.get("", response_model=PredictionList, dependencies=Guarded)
 async def list_predictions(
     services: ServicesDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -107,7 +109,7 @@ async def get_prediction(prediction_id: str, services: ServicesDep) -> Predictio
     return _out(services, await _get(services, prediction_id))
 
 
-@router.post("/{prediction_id}/cancel", response_model=PredictionOut)
+@router.post("/{prediction_id}/cancel", response_model=PredictionOut, dependencies=Guarded)
 async def cancel_prediction(prediction_id: str, services: ServicesDep) -> PredictionOut:
     """Cancel a running prediction (a finished one is returned as it is)."""
     # The running registry first: a just-started prediction's row may not be written yet.
