@@ -127,8 +127,13 @@ def _enabled(value: Any) -> bool:
     return value not in (None, False, "disable", "disabled")
 
 
+def _release(version: str | None) -> str | None:
+    # A local build tag ("0.20.0+abc") names the same release as "0.20.0".
+    return version.split("+", 1)[0] if version else None
+
+
 def _check_version(build: EngineBuild, engine_dir: Path, runtime: str) -> None:
-    if build.version == runtime:
+    if _release(build.version) == _release(runtime):
         return
     built = f"TensorRT-LLM {build.version}" if build.version else "an unknown TensorRT-LLM"
     raise EngineCheckError(

@@ -137,6 +137,7 @@ def test_the_runtime_version_is_the_installed_one(monkeypatch: pytest.MonkeyPatc
 
 def test_the_installed_runtime_decides(recipe: TritonSettings, tmp_path: Path) -> None:
     engine = engine_folder(tmp_path / "gemma", gemma_config())
+    check_engine(recipe, engine, runtime="0.20.0+local.build")  # a local tag, same release
     with pytest.raises(EngineCheckError, match=r"0\.20\.0.*this image runs TensorRT-LLM 0\.21\.0"):
         check_engine(recipe, engine, runtime="0.21.0")
 
