@@ -73,3 +73,15 @@ def test_trtllm_without_tritonserver_bin_is_refused(clean_environment: None) -> 
     # The other flavours run the wheel's tritonserver.
     assert settings(engine="cpu").tritonserver_bin is None
     assert gpu().tritonserver_bin == Path(NVIDIA_TRITONSERVER)
+
+
+def test_the_native_launcher_refuses_before_starting_anything(
+    clean_environment: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tritonbox_triton.cli import main
+
+    env = tmp_path / ".env"
+    env.write_text(f"ENGINE=trtllm\nENGINE_REPOSITORY={tmp_path}\nCACHE_DIR={tmp_path / 'c'}\n")
+    assert main(["serve", "--env-file", str(env)]) == 1
+    assert "ENGINE=trtllm needs TRITONSERVER_BIN" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()  # nothing fetched, rendered or started
