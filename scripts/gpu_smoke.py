@@ -186,6 +186,16 @@ def run(command: list[str], env: dict[str, str] | None = None) -> None:
     subprocess.run(command, cwd=REPO, env=env, check=True)
 
 
+def auth_headers() -> dict[str, str]:
+    """The api of the smoke stack reads your .env too: send its API_KEY when one is set."""
+    import os
+
+    from dotenv import dotenv_values
+
+    key = os.environ.get("API_KEY") or dotenv_values(REPO / ".env").get("API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def prerequisites() -> None:
     from tritonbox_triton.engine_check import visible_gpus
 
@@ -209,7 +219,7 @@ def serve_and_check(api_port: int, playground_port: int, keep: bool, reference: 
         try:
             run(compose(override, "up", "-d", "--build", "--wait", "--wait-timeout", "1800"), env)
             base = f"http://127.0.0.1:{api_port}"
-            with httpx.Client(base_url=base, timeout=120) as client:
+            with httpx.Client(base_url=base, timeout=120, headers=auth_headers()) as client:
                 api = checks.Api(client)
                 model = api.model()
                 greedy = ""
