@@ -17,8 +17,6 @@ of them: it prints the plan and checks it offline (CI runs it: tests/triton/test
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import shlex
 import shutil
 import socket
@@ -26,142 +24,26 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
-import gpu_smoke_checks as checks  # noqa: E402 (a sibling script, not a package)
+# Siblings, not a package.
+import gpu_smoke_checks as checks  # noqa: E402
+from gpu_smoke_plan import (  # noqa: E402
+    CHECKPOINT,
+    ENGINE_NAME,
+    LIMITS,
+    build_command,
+    compose,
+    compose_environment,
+    compose_override,
+    offline_checks,
+    smoke_settings,
+)
 
-from tritonbox_triton.engine_check import BUILD_IMAGE, TRTLLM_VERSION, check_engine  # noqa: E402
-from tritonbox_triton.settings import DEFAULT_MODEL_NAME, TritonSettings  # noqa: E402
-
-PROJECT = "tritonbox-gpu-smoke"
-CHECKPOINT = Path(".cache") / "models" / DEFAULT_MODEL_NAME
-ENGINE_NAME = "gpu-smoke-smollm2-fp16"
-LIMITS = {"MAX_BATCH_SIZE": 8, "MAX_INPUT_LEN": 512, "MAX_OUTPUT_LEN": 256}
-
-
-def build_arguments() -> list[str]:
-    """build_engine.py's arguments, as paths inside the container (the repository at /work)."""
-    return [
-        f"--model=/work/{CHECKPOINT}",
-        "--preset=fp16",
-        f"--output=/work/models/{ENGINE_NAME}",
-        f"--max-batch-size={LIMITS['MAX_BATCH_SIZE']}",
-        f"--max-input-len={LIMITS['MAX_INPUT_LEN']}",
-        f"--max-output-len={LIMITS['MAX_OUTPUT_LEN']}",
-        "--tp=1",
-    ]
-
-
-def build_command() -> list[str]:
-    # NVIDIA's recommended run flags for TensorRT-LLM containers.
-    return [
-        *("docker", "run", "--rm", "--gpus", "all", "--ipc=host"),
-        *("--ulimit", "memlock=-1", "--ulimit", "stack=67108864"),
-        *("-v", f"{REPO}:/work", "-w", "/work", BUILD_IMAGE),
-        *("python3", "scripts/build_engine.py", *build_arguments()),
-    ]
-
-
-def compose_override() -> str:
-    """Compose `environment:` wins over the `.env` env_file: a developer's own .env (a Gemma
-    engine's limits, say) cannot leak into the smoke stack."""
-    lines = ["services:", "  triton:", "    environment:"]
-    values = LIMITS | {"KV_CACHE_MAX_TOKENS": 0, "ENABLE_KV_CACHE_REUSE": "false"}
-    lines += [f'      {key}: "{value}"' for key, value in values.items()]
-    return "\n".join(lines) + "\n"
-
-
-def compose(override: Path, *command: str) -> list[str]:
-    return ["docker", "compose", "-p", PROJECT, "-f", "compose.yaml", "-f", str(override), *command]
-
-
-def compose_environment(api_port: int, playground_port: int) -> dict[str, str]:
-    return {
-        "ENGINE_REPOSITORY": f"/models/{ENGINE_NAME}",
-        "TENSOR_PARALLELISM": "1",
-        "API_PORT": str(api_port),
-        "PLAYGROUND_PORT": str(playground_port),
-    }
-
-
-def smoke_settings(engine_dir: Path) -> TritonSettings:
-    """The triton service's settings in the smoke stack, for the engine check on the host."""
-    factory: Any = TritonSettings  # mypy does not know BaseSettings' `_env_file` option
-    values = {key.lower(): value for key, value in LIMITS.items()}
-    settings: TritonSettings = factory(
-        _env_file=None,
-        engine="trtllm",
-        engine_dir=engine_dir,
-        tritonserver_bin="/opt/tritonserver/bin/tritonserver",
-        tensor_parallelism=1,
-        **values,
-    )
-    return settings
-
-
-def load_build_engine() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_engine", REPO / "scripts/build_engine.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["build_engine"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def expected_engine_config(build_flags: list[str]) -> dict[str, object]:
-    """The parts of config.json the engine check reads, as trtllm-build writes them for these
-    flags (builder.py / plugin.py of TensorRT-LLM 0.20; see tests/data/trtllm_engines)."""
-    flags = dict(flag.removeprefix("--").split("=", 1) for flag in build_flags[1:])
-    paged_context = flags.get("use_paged_context_fmha") == "enable"
-    return {
-        "version": TRTLLM_VERSION,
-        "pretrained_config": {"mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1}},
-        "build_config": {
-            **{key: int(flags[key]) for key in ("max_batch_size", "max_input_len", "max_seq_len")},
-            "max_num_tokens": int(flags["max_num_tokens"]),
-            "kv_cache_type": flags["kv_cache_type"].upper(),
-            "plugin_config": {
-                "gpt_attention_plugin": flags["gpt_attention_plugin"],
-                "paged_kv_cache": flags["kv_cache_type"] == "paged",
-                "remove_input_padding": flags["remove_input_padding"] == "enable",
-                "use_paged_context_fmha": paged_context,
-            },
-        },
-    }
-
-
-def offline_checks() -> list[str]:
-    """What can be proven without Docker or a GPU; raises on the first inconsistency."""
-    build_engine = load_build_engine()
-    args = build_engine.parse_args(build_arguments())
-    flags = build_engine.build_command(args, Path("/tmp/ckpt"))
-    with tempfile.TemporaryDirectory() as folder:
-        engine = Path(folder)
-        (engine / "config.json").write_text(json.dumps(expected_engine_config(flags)))
-        (engine / "rank0.engine").write_bytes(b"")
-        check_engine(smoke_settings(engine), engine, runtime=TRTLLM_VERSION)
-    from pydantic import BaseModel
-
-    from tritonbox_api.protocol.openai import ChatCompletionRequest, CompletionRequest
-    from tritonbox_api.protocol.predictions import PredictionCreate
-
-    models: dict[str, type[BaseModel]] = {
-        "CompletionRequest": CompletionRequest,
-        "ChatCompletionRequest": ChatCompletionRequest,
-        "PredictionCreate": PredictionCreate,
-    }
-    bodies = checks.request_bodies("smoke-model", LIMITS["MAX_OUTPUT_LEN"])
-    for model, body in bodies.values():
-        models[model].model_validate(body)  # raises pydantic.ValidationError on drift
-    return [
-        "build_engine.py accepts the smoke build and emits: " + shlex.join(flags),
-        "the engine that build describes passes the engine check with the smoke settings",
-        f"the api accepts every smoke request ({', '.join(bodies)})",
-    ]
+from tritonbox_triton.engine_check import TRTLLM_VERSION, check_engine  # noqa: E402
 
 
 def reference_greedy(checkpoint: Path) -> str:

@@ -15,8 +15,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-import gpu_smoke  # noqa: E402
 import gpu_smoke_checks as checks  # noqa: E402
+import gpu_smoke_plan as plan  # noqa: E402
 
 
 def test_dry_run_checks_the_plan_offline() -> None:
@@ -37,15 +37,15 @@ def test_dry_run_checks_the_plan_offline() -> None:
 
 
 def test_the_override_beats_a_developers_env_file() -> None:
-    override = gpu_smoke.compose_override()
+    override = plan.compose_override()
     assert 'MAX_INPUT_LEN: "512"' in override and 'KV_CACHE_MAX_TOKENS: "0"' in override
     assert override.startswith("services:\n  triton:\n    environment:\n")
 
 
 def test_the_described_engine_is_what_the_check_reads() -> None:
-    build_engine = gpu_smoke.load_build_engine()
-    args = build_engine.parse_args(gpu_smoke.build_arguments())
-    config: Any = gpu_smoke.expected_engine_config(build_engine.build_command(args, Path("/c")))
+    build_engine = plan.load_build_engine()
+    args = build_engine.parse_args(plan.build_arguments())
+    config: Any = plan.expected_engine_config(build_engine.build_command(args, Path("/c")))
     assert config["build_config"]["max_seq_len"] == 768  # 512 + 256
     assert config["build_config"]["plugin_config"]["use_paged_context_fmha"] is True
 
