@@ -151,12 +151,17 @@ def build_command(args: argparse.Namespace, checkpoint: Path) -> list[str]:
     ]
     if preset.gemm_plugin:
         command.append("--gemm_plugin=auto")
-    # Paged context FMHA makes KV-cache reuse (shared system prompts) and chunked context
-    # possible, but TensorRT-LLM refuses to build it with an INT8 KV cache ("Paged Context FMHA
-    # doesn't work with int8 kv cache"); set it explicitly either way, not by version default.
-    paged_context = "disable" if args.kv_cache == "int8" else "enable"
-    command.append(f"--use_paged_context_fmha={paged_context}")
+    command.append(f"--use_paged_context_fmha={'enable' if paged_context(args) else 'disable'}")
     return command
+
+
+def paged_context(args: argparse.Namespace) -> bool:
+    """Paged context FMHA makes KV-cache reuse (shared system prompts) and chunked context
+    possible, but TensorRT-LLM's build() refuses it with an INT8 KV cache ("Paged Context FMHA
+    doesn't work with int8 kv cache") and with an FP8 KV cache outside the FP8 preset ("FP8
+    Paged Context FMHA only works with fp8 quantization workflow"). Always passed explicitly:
+    0.20 turns it on by default."""
+    return args.kv_cache is None or (args.kv_cache == "fp8" and args.preset == "fp8")
 
 
 def check_container() -> str | None:

@@ -71,6 +71,24 @@ def test_gemma_int4_awq_example() -> None:
     assert not [flag for flag in build if flag.startswith("--paged_kv_cache")]  # deprecated
 
 
+@pytest.mark.parametrize(
+    ("preset", "kv_cache", "paged_context"),
+    [
+        ("int4_awq", None, "enable"),
+        ("int4_awq", "int8", "disable"),
+        ("int4_awq", "fp8", "disable"),  # FP8 paged context FMHA needs the FP8 preset
+        ("fp8", "fp8", "enable"),
+        ("fp8", "int8", "disable"),
+    ],
+)
+def test_paged_context_fmha_only_where_tensorrt_llm_builds_it(
+    preset: str, kv_cache: str | None, paged_context: str
+) -> None:
+    argv = ["--model=m", "--output=o", f"--preset={preset}"]
+    _, build = commands(argv + ([f"--kv-cache={kv_cache}"] if kv_cache else []))
+    assert f"--use_paged_context_fmha={paged_context}" in build
+
+
 def test_max_num_tokens_holds_the_longest_prompt(capsys: pytest.CaptureFixture[str]) -> None:
     # Served without chunked context, a whole prompt must fit one engine step.
     _, build = commands(["--model=m", "--output=o", "--max-input-len=16000"])

@@ -191,7 +191,7 @@ def _check_features(settings: TritonSettings, build: EngineBuild, engine_dir: Pa
             "ENABLE_KV_CACHE_REUSE=true needs an engine built with paged context FMHA, and the "
             f"engine in {engine_dir} has use_paged_context_fmha={paged_context} (engines with an "
             "INT8 KV cache cannot have it): set ENABLE_KV_CACHE_REUSE=false, or rebuild without "
-            "--kv-cache int8 (fp8 or none)"
+            "--kv-cache int8 (no KV-cache quantisation, or --preset fp8 --kv-cache fp8)"
         )
 
 

@@ -161,12 +161,13 @@ def test_kv_cache_reuse_needs_paged_context_fmha(recipe: TritonSettings, tmp_pat
     message = (
         r"ENABLE_KV_CACHE_REUSE=true needs an engine built with paged context FMHA.*"
         r"use_paged_context_fmha=False.*set ENABLE_KV_CACHE_REUSE=false, or rebuild without "
-        r"--kv-cache int8"
+        r"--kv-cache int8 \(no KV-cache quantisation, or --preset fp8 --kv-cache fp8\)"
     )
     with pytest.raises(EngineCheckError, match=message):
         check_engine(reuse, engine)
-    # The same model with an FP8 KV cache and paged context FMHA serves with reuse.
+    # The same model without paged-context limits (FP8 preset and KV cache) serves with reuse.
     fp8 = variant(
+        pretrained_config__quantization__quant_algo="FP8",
         pretrained_config__quantization__kv_cache_quant_algo="FP8",
         build_config__plugin_config__use_paged_context_fmha=True,
     )
