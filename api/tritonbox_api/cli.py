@@ -1,14 +1,31 @@
-"""`tritonbox-api serve`: run the api with uvicorn, after checking `.env` for unknown keys."""
+"""`tritonbox-api serve`: run the api with uvicorn, after checking `.env` for unknown keys.
+
+With API_WORKERS > 1, uvicorn's supervisor runs that many worker processes on the one port;
+this process migrates the database first (once, before any worker opens it), and each worker
+builds its app from the same `.env` (`worker_app`).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
+from tritonbox_api.db.session import Database, settings_url
 from tritonbox_api.main import create_app
+from tritonbox_api.processes import prepare_multiprocess_metrics, worker_count
 from tritonbox_api.settings import ApiSettings
+from tritonbox_common.env_file import load_service_settings
 from tritonbox_common.service_cli import serve_settings
+
+# How the supervisor tells its workers which `.env` it read (they start as fresh interpreters).
+ENV_FILE_VARIABLE = "TRITONBOX_API_ENV_FILE"
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 # Probed every few seconds by compose healthchecks, scripts/up and Prometheus: their access lines
 # would bury the requests people make.
@@ -28,13 +45,32 @@ class ProbeAccessFilter(logging.Filter):
         return str(args[2]).split("?", 1)[0] not in PROBE_PATHS
 
 
+def worker_app() -> FastAPI:
+    """One worker's app (uvicorn calls this in each worker process)."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.getLogger("uvicorn.access").addFilter(ProbeAccessFilter())
+    return create_app(load_service_settings(ApiSettings, Path(os.environ[ENV_FILE_VARIABLE])))
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = serve_settings("tritonbox-api", __doc__, ApiSettings, argv)
     if settings is None:
         return 1
     logging.getLogger("uvicorn.access").addFilter(ProbeAccessFilter())
+    workers = worker_count(settings)
+    app: Any = create_app(settings) if workers == 1 else "tritonbox_api.cli:worker_app"
+    if workers > 1:
+        # Migrated here, once: N workers starting together would otherwise queue on the lock.
+        database = Database(settings_url(settings))
+        database.open()
+        database.close()
+        prepare_multiprocess_metrics()
+        os.environ[ENV_FILE_VARIABLE] = str(_env_file(argv).resolve())
+        logging.getLogger(__name__).info("starting %d api workers", workers)
     uvicorn.run(
-        create_app(settings),
+        app,
+        factory=workers > 1,
+        workers=workers if workers > 1 else None,
         host=settings.api_host,
         port=settings.api_port,
         log_level="info",
@@ -46,3 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         timeout_graceful_shutdown=5,
     )
     return 0
+
+
+def _env_file(argv: list[str] | None) -> Path:
+    """The `--env-file` serve_settings read (default `.env`)."""
+    arguments = list(argv) if argv is not None else sys.argv[1:]
+    for index, argument in enumerate(arguments):
+        if argument == "--env-file" and index + 1 < len(arguments):
+            return Path(arguments[index + 1])
+        if argument.startswith("--env-file="):
+            return Path(argument.split("=", 1)[1])
+    return Path(".env")

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from sqlmodel import Session
 
 from tritonbox_api.body_limit import BodyLimitMiddleware
-from tritonbox_api.db import crud
 from tritonbox_api.db.session import Database, settings_url
+from tritonbox_api.db.workers import WorkerPresence
 from tritonbox_api.deps import Services
 from tritonbox_api.errors import install_error_handlers
+from tritonbox_api.processes import per_worker_limit, worker_exited
 from tritonbox_api.routes import health, limits, openai, permalink, predict, predictions
 from tritonbox_api.security_headers import SecurityHeadersMiddleware
 from tritonbox_api.service.engine_context import EngineContextLoader
@@ -31,34 +31,41 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         database = Database(settings_url(settings))
         database.open()
-
-        def recover(session: Session) -> int:
-            return crud.recover_interrupted(session=session)
-
-        interrupted = await database.run(recover)
+        gateway = TritonGateway(settings.triton_url, timeout_s=settings.triton_timeout_s)
+        prediction_service = PredictionService(
+            gateway=gateway,
+            database=database,
+            # With API_WORKERS > 1, this worker's share: together they admit the setting's total.
+            max_concurrent=per_worker_limit(settings),
+            log_predictions=settings.log_predictions,
+        )
+        # This process among the api workers sharing the database: it owns the rows it inserts,
+        # acts on cancel requests made on other workers, and fails only orphans' rows.
+        presence = WorkerPresence(
+            database,
+            running_ids=lambda: prediction_service.running_ids,
+            cancel=prediction_service.cancel,
+        )
+        interrupted = await presence.start()
         if interrupted:
             log.warning("marked %d interrupted prediction(s) as failed", interrupted)
-        gateway = TritonGateway(settings.triton_url, timeout_s=settings.triton_timeout_s)
         gateway.start()
         services = Services(
             settings=settings,
             gateway=gateway,
             database=database,
             engine=EngineContextLoader(gateway, model_name=settings.model_name),
-            predictions=PredictionService(
-                gateway=gateway,
-                database=database,
-                max_concurrent=settings.max_concurrent_requests,
-                log_predictions=settings.log_predictions,
-            ),
+            predictions=prediction_service,
         )
         app.state.services = services
         try:
             yield
         finally:
             await services.predictions.cancel_all()
+            await presence.stop()
             await gateway.stop()
             database.close()
+            worker_exited()
 
     app = FastAPI(
         title="TritonBox api",

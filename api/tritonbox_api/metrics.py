@@ -27,5 +27,8 @@ OUTPUT_TOKENS = Counter("tritonbox_generation_tokens", "Tokens generated.")
 REQUESTS = Counter(
     "tritonbox_requests", "Predictions by how they ended.", ["status", "source", "finish_reason"]
 )
-IN_FLIGHT = Gauge("tritonbox_requests_in_flight", "Predictions being generated now.")
+# livesum: with several api workers (multiprocess mode), the sum over the live ones.
+IN_FLIGHT = Gauge(
+    "tritonbox_requests_in_flight", "Predictions being generated now.", multiprocess_mode="livesum"
+)
 REJECTED = Counter("tritonbox_requests_rejected", "Requests refused before generation.", ["reason"])

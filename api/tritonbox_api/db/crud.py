@@ -12,13 +12,20 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any, overload
 
-from sqlalchemy import and_, or_, update
+from sqlalchemy import ColumnElement, and_, or_, update
 from sqlmodel import Session, col, select
 
-from tritonbox_api.db.models import FinishReason, Prediction, Source, Status, utc_now
+from tritonbox_api.db.models import (
+    FinishReason,
+    Prediction,
+    Source,
+    Status,
+    utc_now,
+)
 
 RUNNING = (Status.STARTING, Status.PROCESSING)
 INTERRUPTED_ERROR = "interrupted: the api stopped before this prediction finished"
@@ -52,11 +59,14 @@ def create_prediction(
     input: dict[str, Any],
     applied: dict[str, Any],
     prompt_tokens: int | None,
+    owner: str | None = None,
 ) -> Prediction:
-    """Insert a prediction that starts now (status `processing`)."""
+    """Insert a prediction that starts now (status `processing`), run by `owner` (unset = the
+    api worker the session's Database serves, `session.info["owner"]`)."""
     now = utc_now()
     row = Prediction(
         id=id,
+        owner=owner if owner is not None else session.info.get("owner"),
         status=Status.PROCESSING,
         source=source,
         model=model,
@@ -192,11 +202,21 @@ def list_predictions(
     return page, _encode_cursor(page[-1])
 
 
-def recover_interrupted(*, session: Session) -> int:
-    """Fail the predictions a crash left running; how many. Call once at start, before any."""
+def recover_interrupted(*, session: Session, live_workers: Collection[str] = ()) -> int:
+    """Fail the predictions a crash left running; how many.
+
+    Rows run by one of `live_workers` (ApiWorker ids whose heartbeat is current, see
+    `live_worker_ids`) are left alone: another api process is still generating them.
+    """
+    orphan: ColumnElement[bool] = col(Prediction.status).in_(RUNNING)
+    if live_workers:
+        orphan = and_(
+            orphan,
+            or_(col(Prediction.owner).is_(None), col(Prediction.owner).not_in(live_workers)),
+        )
     result = session.execute(
         update(Prediction)
-        .where(col(Prediction.status).in_(RUNNING))
+        .where(orphan)
         .values(
             status=Status.FAILED,
             finish_reason=FinishReason.ERROR,
@@ -206,3 +226,26 @@ def recover_interrupted(*, session: Session) -> int:
     )
     session.commit()
     return int(getattr(result, "rowcount", 0))
+
+
+def request_cancel(*, session: Session, id: str) -> bool:
+    """Mark a running prediction for cancelling by the api worker that runs it (it watches for
+    this, `cancel_requests`); False if it is not running (finished, or no such id)."""
+    result = session.execute(
+        update(Prediction)
+        .where(col(Prediction.id) == id, col(Prediction.status).in_(RUNNING))
+        .values(cancel_requested_at=utc_now())
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+    return bool(getattr(result, "rowcount", 0))
+
+
+def cancel_requests(*, session: Session, owner: str) -> list[str]:
+    """The running predictions of worker `owner` that someone asked to cancel."""
+    query = select(Prediction.id).where(
+        col(Prediction.owner) == owner,
+        col(Prediction.status).in_(RUNNING),
+        col(Prediction.cancel_requested_at).is_not(None),
+    )
+    return list(session.exec(query))

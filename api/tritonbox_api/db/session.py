@@ -75,6 +75,8 @@ class Database:
             raise ValueError("database: an SQLite URL needs a file (sqlite:///path)")
         self._readers = readers
         self._busy_timeout_ms = busy_timeout_ms
+        # The api worker this process is (db.workers): the owner of the predictions it inserts.
+        self.owner: str | None = None
         self._engine: Engine | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._reader: ThreadPoolExecutor | None = None
@@ -150,6 +152,7 @@ class Database:
 
     def _call(self, fn: Callable[[Session], T]) -> T:
         with self.session() as session:
+            session.info["owner"] = self.owner
             return fn(session)
 
     async def run(self, fn: Callable[[Session], T]) -> T:

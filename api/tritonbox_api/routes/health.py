@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tritonbox_api.deps import ServicesDep
+from tritonbox_api.processes import metrics_registry
 
 router = APIRouter(tags=["health"])
 
@@ -34,4 +35,5 @@ async def readyz(services: ServicesDep) -> Response:
 
 @router.get("/metrics")
 async def metrics() -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    # Summed over every api worker when there are several (processes.py).
+    return Response(generate_latest(metrics_registry()), media_type=CONTENT_TYPE_LATEST)

@@ -13,6 +13,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import Prediction, Source, Status
+from tritonbox_api.db.workers import request_cancel
 from tritonbox_api.deps import Guarded, Services, ServicesDep
 from tritonbox_api.protocol.errors import ApiError, invalid
 from tritonbox_api.protocol.predictions import (
@@ -113,5 +114,7 @@ async def get_prediction(prediction_id: str, services: ServicesDep) -> Predictio
 async def cancel_prediction(prediction_id: str, services: ServicesDep) -> PredictionOut:
     """Cancel a running prediction (a finished one is returned as it is)."""
     # The running registry first: a just-started prediction's row may not be written yet.
-    await services.predictions.cancel(prediction_id)
+    if not await services.predictions.cancel(prediction_id) and len(prediction_id) <= 64:
+        # Not running in this process: another api worker's, which acts on the row's mark.
+        await request_cancel(services.database, prediction_id)
     return _out(services, await _get(services, prediction_id))
