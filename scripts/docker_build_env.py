@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 PORT = 38917  # fixed: the URLs are build arguments, part of the layer cache key
 CERT = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
@@ -107,7 +107,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         if not index.isdigit() or int(index) >= len(roots):
             return "/nonexistent"
         root = roots[int(index)].resolve()
-        target = (root / rest.split("?")[0]).resolve()
+        target = (root / unquote(rest.split("?")[0])).resolve()  # torch-X%2Bcpu-….whl
         files = {f.resolve() for f in self.served.files if f.parent.resolve() == root}
         allowed = target.is_relative_to(root) and (not files or target in files)
         return str(target) if allowed else "/nonexistent"

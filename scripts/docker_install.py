@@ -35,6 +35,7 @@ PTH = "zz-tritonbox.pth"  # read after the base's own .pth files
 SETUPTOOLS = "setuptools==84.2.1"
 BUILD_TOOLS = "/opt/tritonbox-build-tools"  # outside /opt/tritonbox, which the images copy
 BASE_CHECK = Path("/opt/tritonbox/pip-check.base")  # the base image's own `pip check`
+NO_DEPS = Path("/opt/tritonbox/no-deps.txt")  # distributions installed without dependencies
 
 
 def canonical(name: str) -> str:
@@ -116,6 +117,8 @@ def deps(args: argparse.Namespace) -> None:
         pip(*options, "-r", str(requirements), env=env)
         if args.no_deps:
             pip(*options, "--no-deps", *(f"-r{n}" for n in args.no_deps), env=env)
+            names = [NAME.match(line) for name in args.no_deps for line in pins(Path(name))]
+            NO_DEPS.write_text("".join(f"{canonical(m.group(1))}\n" for m in names if m))
         # What builds the project's own distributions later, without an index; kept out of the
         # prefix, so out of the images that install wheels (the api and the playground).
         pip("install", "--target", BUILD_TOOLS, "--no-compile", SETUPTOOLS, env=env)
@@ -139,6 +142,21 @@ def strip(prefix: Path, drop: list[str]) -> None:
 def site_dirs(prefix: Path) -> list[Path]:
     # Debian and Ubuntu interpreters use .../local/lib/pythonX.Y/dist-packages for a prefix.
     return sorted({p for p in prefix.glob("**/python3*/*-packages") if p.is_dir()})
+
+
+def replace_base_copies(sites: list[Path], allowed: bool) -> None:
+    """Remove the base interpreter's own copy of what the prefix also holds (pip replaced it
+    in the deps stage, e.g. a newer setuptools that torch requires): the prefix comes after the
+    base on sys.path, so the older copy would win. Refused with --keep-installed (GPU)."""
+    ours = {
+        canonical(d.metadata["Name"])
+        for d in importlib.metadata.distributions(path=list(map(str, sites)))
+    }
+    base = {canonical(d.metadata["Name"]) for d in importlib.metadata.distributions()}
+    for name in sorted(ours & base):
+        if not allowed:
+            raise SystemExit(f"docker_install: the prefix holds a second {name} (--keep-installed)")
+        pip("uninstall", "--yes", name)
 
 
 def check_problems() -> list[str]:
@@ -171,6 +189,7 @@ def project(args: argparse.Namespace) -> None:
     sites = site_dirs(Path(args.prefix))
     if not sites:
         raise SystemExit(f"docker_install: nothing installed under {args.prefix}")
+    replace_base_copies(sites, allowed=not args.keep_installed)
     purelib = Path(sysconfig.get_paths()["purelib"])
     purelib.mkdir(parents=True, exist_ok=True)
     (purelib / PTH).write_text(pth_lines(sites))
@@ -195,7 +214,14 @@ def project(args: argparse.Namespace) -> None:
         for build in (Path(folder) / "build", *Path(folder).glob("*.egg-info")):
             subprocess.run(["rm", "-rf", str(build)], check=True)
     base = set(BASE_CHECK.read_text().splitlines()) if BASE_CHECK.is_file() else set()
-    problems = check_problems()
+    # Installed with --no-deps on purpose (the default model's package: its dependencies are an
+    # unrelated CLI): pip check's "requires X, which is not installed" about them is expected.
+    no_deps = NO_DEPS.read_text().split() if NO_DEPS.is_file() else []
+    problems = [
+        line
+        for line in check_problems()
+        if not (canonical(line.split(" ")[0]) in no_deps and line.endswith("is not installed."))
+    ]
     for line in sorted(set(problems) & base):
         print(f"pip check (already so in the base image): {line}", flush=True)
     added = [line for line in problems if line not in base]
@@ -227,6 +253,7 @@ def main() -> None:
     p = commands.add_parser("project", help="install TritonBox's distributions, then pip check")
     p.add_argument("--prefix", required=True)
     p.add_argument("--editable", action="append", default=[])
+    p.add_argument("--keep-installed", action="store_true", help="the base's copies stay")
     p.add_argument("--warm-import", action="append", default=[], help="modules (a,b) to compile")
     p.add_argument("items", nargs="+", help="source folders, wheels or folders of wheels")
     args = parser.parse_args()

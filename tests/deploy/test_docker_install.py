@@ -102,7 +102,7 @@ def test_project_step_hooks_the_prefix_into_an_isolated_interpreter(tmp_path: Pa
 def test_host_pip_settings_become_served_urls(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    (wheels / "pkg-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (wheels / "pkg-1.0+cpu-py3-none-any.whl").write_bytes(b"wheel")
     index = tmp_path / "pypi/simple"
     (index / "pkg").mkdir(parents=True)
     (index / "pkg/index.html").write_text('<a href="../../files/pkg-1.0.whl">pkg</a>')
@@ -129,7 +129,8 @@ def test_host_pip_settings_become_served_urls(tmp_path: Path) -> None:
             return body
 
     with build_env.serving_args(served):
-        assert b"pkg-1.0-py3-none-any.whl" in get(args["PIP_FIND_LINKS"])
+        assert b"pkg-1.0+cpu-py3-none-any.whl" in get(args["PIP_FIND_LINKS"])
+        assert get(args["PIP_FIND_LINKS"] + "pkg-1.0%2Bcpu-py3-none-any.whl") == b"wheel"
         assert get(f"{base}/0/files/pkg-1.0.whl") == b"indexed"  # relative links work
         assert get(args["PIP_CONSTRAINT"]) == b"torch<=2.14.1\n"
         with pytest.raises(urllib.error.HTTPError):
