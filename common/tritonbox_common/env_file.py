@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 from dotenv.parser import parse_stream
 from pydantic_settings import BaseSettings
 
+from tritonbox_common.shared_settings import env_fields
+
 ENTRY_POINT_GROUP = "tritonbox.settings"
 SERVICE_ORDER = ("triton", "api", "playground")
 # The same `.env` feeds `docker compose`, whose own variables start with this.
@@ -41,7 +43,7 @@ def known_env_keys(classes: Iterable[type[BaseSettings]] | None = None) -> froze
     keys: set[str] = set()
     for cls in settings_classes() if classes is None else classes:
         prefix = str(cls.model_config.get("env_prefix") or "")
-        keys.update(f"{prefix}{name}".upper() for name in cls.model_fields)
+        keys.update(f"{prefix}{name}".upper() for name in env_fields(cls))
     return frozenset(keys)
 
 

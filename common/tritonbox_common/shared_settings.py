@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import Field, SecretStr
-from pydantic_settings import SettingsConfigDict
+from pydantic.config import JsonDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 LOCALHOST = "127.0.0.1"
 
@@ -63,3 +65,34 @@ def with_derived_url(
     except (TypeError, ValueError):
         return data
     return {**data, key: template.format(host=LOCALHOST, port=port)}
+
+
+# A field marked RESOLVED is derived at start (a fetched folder, say) and never read from the
+# environment or `.env`: it has no key, so `.env` refuses it like any unknown key.
+RESOLVED: JsonDict = {"resolved": True}
+
+
+def is_resolved(field: FieldInfo) -> bool:
+    return isinstance(field.json_schema_extra, dict) and bool(
+        field.json_schema_extra.get("resolved")
+    )
+
+
+def env_fields(cls: type[BaseSettings]) -> dict[str, FieldInfo]:
+    """The fields a user sets through the environment or `.env` (RESOLVED ones left out)."""
+    return {name: field for name, field in cls.model_fields.items() if not is_resolved(field)}
+
+
+class WithoutResolved(PydanticBaseSettingsSource):
+    """A settings source (environment, `.env`) with the RESOLVED fields taken out."""
+
+    def __init__(self, source: PydanticBaseSettingsSource) -> None:
+        super().__init__(source.settings_cls)
+        self.source = source
+        self.keys = set(source.settings_cls.model_fields) - set(env_fields(source.settings_cls))
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ delegates to the wrapped source
+
+    def __call__(self) -> dict[str, Any]:
+        return {key: value for key, value in self.source().items() if key not in self.keys}

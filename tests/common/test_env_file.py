@@ -13,8 +13,10 @@ from tritonbox_common.env_file import (
     EnvFileError,
     check_env_file,
     known_env_keys,
+    load_service_settings,
     settings_classes,
 )
+from tritonbox_common.shared_settings import env_fields
 from tritonbox_triton.settings import TritonSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / ".env.example"
@@ -30,7 +32,20 @@ def test_known_keys_are_the_settings_fields_in_upper_case() -> None:
         "KV_CACHE_FREE_GPU_MEM_FRACTION",
         "TRITON_GRPC_PORT",
     } <= keys
-    assert set(TritonSettings.model_fields) <= {key.lower() for key in keys}
+    assert set(env_fields(TritonSettings)) <= {key.lower() for key in keys}
+
+
+def test_resolved_folders_have_no_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where the model is has one key per fact (ENGINE_REPOSITORY, TOKENIZER_REPOSITORY); the
+    # folders they resolve to are derived at start, never read from the environment or `.env`.
+    assert not {"MODEL_DIR", "ENGINE_DIR", "TOKENIZER_DIR"} & known_env_keys()
+    env = tmp_path / ".env"
+    env.write_text("MODEL_DIR=/somewhere\n")
+    with pytest.raises(EnvFileError, match="unknown key MODEL_DIR"):
+        load_service_settings(TritonSettings, env)
+    monkeypatch.setenv("ENGINE_DIR", "/elsewhere")
+    assert TritonSettings(_env_file=None).engine_dir is None  # type: ignore[call-arg]
+    assert TritonSettings(_env_file=None, engine_dir=tmp_path).engine_dir == tmp_path  # type: ignore[call-arg]
 
 
 def test_known_keys_of_more_classes_with_a_prefix() -> None:
@@ -84,7 +99,7 @@ def test_env_example_documents_every_setting_with_its_default() -> None:
             f"{key} needs a one-line description above it"
         )
         documented[key] = value
-    fields = {name: f for cls in settings_classes() for name, f in cls.model_fields.items()}
+    fields = {name: f for cls in settings_classes() for name, f in env_fields(cls).items()}
     assert set(documented) == {name.upper() for name in fields}
     for name, field in fields.items():
         default = field.default

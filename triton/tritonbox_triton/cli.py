@@ -34,7 +34,7 @@ def load_settings(env_file: Path) -> TritonSettings:
 def resolve_sources(settings: TritonSettings) -> TritonSettings:
     """The settings with ENGINE_REPOSITORY / TOKENIZER_REPOSITORY fetched into local folders.
 
-    trtllm: the repository is the engine (ENGINE_DIR); cpu: a checkpoint (MODEL_DIR).
+    trtllm: the repository is the engine (engine_dir); cpu: a checkpoint (model_dir).
     """
     update: dict[str, Path] = {}
     if settings.engine_repository:
@@ -55,7 +55,9 @@ def prepare(settings: TritonSettings) -> TritonSettings:
     if settings.model_dir is None:
         prepare_default_model(settings.default_model_dir.resolve())
     elif not settings.resolved_model_dir.is_dir():
-        raise ModelPreparationError(f"MODEL_DIR {settings.resolved_model_dir} is not a directory")
+        raise ModelPreparationError(
+            f"ENGINE_REPOSITORY: {settings.resolved_model_dir} is not a directory"
+        )
     return settings
 
 

@@ -91,7 +91,7 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
             "cpu_threads": str(settings.cpu_threads),
         }
     if settings.engine_dir is None:
-        raise RenderError("ENGINE_DIR: required for ENGINE=trtllm")
+        raise RenderError("ENGINE_REPOSITORY: required for ENGINE=trtllm")
     engine_dir = settings.engine_dir.resolve()
     values = {"engine_dir": _existing_dir("engine_dir", engine_dir, needs=("config.json",))}
     _check_engine_build(settings, engine_dir)
@@ -109,8 +109,8 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
 
 def placeholder_values(settings: TritonSettings) -> dict[str, str]:
     """Every placeholder the flavour's templates may use, each value validated."""
-    # The engine's values first: on the cpu flavour the tokenizer defaults to MODEL_DIR, and a
-    # wrong MODEL_DIR should be reported as such.
+    # The engine's values first: on the cpu flavour the tokenizer defaults to the model's folder,
+    # and a wrong model folder should be reported as such.
     values = _engine_values(settings) | {
         "triton_max_batch_size": str(settings.max_batch_size),
         "decoupled_mode": _bool(settings.decoupled_mode),

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any, Self
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from tritonbox_common.shared_settings import (
+    RESOLVED,
     SERVICE_SETTINGS_CONFIG,
     TRITON_GRPC_PORT,
     TritonGrpcPort,
+    WithoutResolved,
 )
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -38,6 +40,23 @@ class TritonSettings(BaseSettings):
 
     model_config = SERVICE_SETTINGS_CONFIG
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The resolved folders below come from prepare(), never from the environment.
+        return (
+            init_settings,
+            WithoutResolved(env_settings),
+            WithoutResolved(dotenv_settings),
+            file_secret_settings,
+        )
+
     engine: EngineFlavour = Field(
         default=EngineFlavour.CPU,
         description="Engine flavour: cpu = embedded torch engine (any machine), "
@@ -48,31 +67,23 @@ class TritonSettings(BaseSettings):
         default=Path(".cache"),
         description="Where the default model, the rendered repository and server logs are kept.",
     )
-    model_dir: Path | None = Field(
-        default=None,
-        description="cpu: a local Hugging Face checkpoint directory; unset = the default model "
-        "(SmolLM2-135M-Instruct) prepared into CACHE_DIR/models.",
-    )
-    tokenizer_dir: Path | None = Field(
-        default=None,
-        description="Tokenizer directory; unset = MODEL_DIR (cpu) or the engine's folder (trtllm).",
-    )
-    engine_dir: Path | None = Field(
-        default=None,
-        description="trtllm: the TensorRT-LLM engine directory (config.json + rank*.engine).",
-    )
     engine_repository: str | None = Field(
         default=None,
-        description="Where the engine comes from: a Hugging Face repository id (org/name, "
+        description="Where the model comes from: a Hugging Face repository id (org/name, "
         "optionally org/name@revision and /sub/folder) fetched once into CACHE_DIR/hub, or a "
-        "local path. trtllm: the TensorRT-LLM engine (instead of ENGINE_DIR); cpu: a Hugging "
-        "Face checkpoint (instead of MODEL_DIR).",
+        "local path. trtllm: a TensorRT-LLM engine folder (config.json + rank*.engine); cpu: a "
+        "Hugging Face checkpoint; unset on cpu = the default model (SmolLM2-135M-Instruct).",
     )
     tokenizer_repository: str | None = Field(
         default=None,
-        description="Where the tokenizer comes from (same forms as ENGINE_REPOSITORY), instead "
-        "of TOKENIZER_DIR; unset = TOKENIZER_DIR, else the engine's own folder.",
+        description="Where the tokenizer comes from (same forms as ENGINE_REPOSITORY); unset = "
+        "the model's or engine's own folder.",
     )
+    # The local folders the repositories resolve to (cli.prepare fetches them): derived at start,
+    # so they are not settings (no key); tests and scripts may pass them directly.
+    model_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
+    engine_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
+    tokenizer_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
     hf_token: SecretStr | None = Field(
         default=None,
         description="Hugging Face token for private or gated repositories (never logged).",
@@ -194,8 +205,8 @@ class TritonSettings(BaseSettings):
             return self
         if not (self.engine_dir or self.engine_repository):
             raise ValueError(
-                "ENGINE=trtllm needs ENGINE_REPOSITORY (a Hugging Face repository id or a path) "
-                "or ENGINE_DIR to be set"
+                "ENGINE=trtllm needs ENGINE_REPOSITORY: the engine's Hugging Face repository id "
+                "or its local folder"
             )
         if self.tritonserver_bin is None:
             # The nvidia-pytriton wheel's tritonserver has no tensorrtllm backend: it would
