@@ -33,7 +33,7 @@ def error(message: str) -> str:
 
 def hint(message: str) -> str:
     """A nudge, not a failure: `message` is the page's own Markdown."""
-    return f"👉 {message}"
+    return f"→ {message}"
 
 
 def running(prediction_id: str | None) -> str:
@@ -111,7 +111,7 @@ def words_notes(prediction: Prediction) -> list[str]:
         notes.append(f"Stop words {_quoted(stops)}: not reached.")
     bans = _words(prediction, "bad_words_list")
     if bans:
-        notes.append(f"🚫 Banned (the model could not write them): {_quoted(bans)}.")
+        notes.append(f"Banned (the model could not write them): {_quoted(bans)}.")
     return notes
 
 

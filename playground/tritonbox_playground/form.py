@@ -112,7 +112,7 @@ def missing_prompt(values: dict[str, Any]) -> str | None:
     if str(values.get("prompt") or "").strip():
         return None
     if values.get("mode") == CHAT_MODE:
-        return "Write your message in the **Your message** box first: nothing was sent."
+        return "Write your message in the “Your message” box first: nothing was sent."
     return "Write a prompt first (the text the model should continue): nothing was sent."
 
 

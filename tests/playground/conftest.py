@@ -3,6 +3,7 @@ and a real headless Chromium (Debian's `chromium`, driven by Playwright)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from tritonbox_testing.playground_process import RunningPlayground, launch_playg
 from tritonbox_testing.ports import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+# Screenshots for docs/ are written only when asked: TRITONBOX_SCREENSHOTS=1 scripts/test ...
+SCREENSHOTS = os.environ.get("TRITONBOX_SCREENSHOTS") == "1"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
@@ -90,6 +94,18 @@ def browser() -> Iterator[Browser]:
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture
+def screenshot() -> Callable[..., None]:
+    """`screenshot(page, name)` writes docs/<name> only when TRITONBOX_SCREENSHOTS=1: a plain
+    test run leaves docs/ alone, and whoever regenerates them looks at them before committing."""
+
+    def take(page: Page, name: str, *, full_page: bool = False) -> None:
+        if SCREENSHOTS:
+            page.screenshot(path=str(DOCS / name), full_page=full_page)
+
+    return take
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ def test_the_stop_word_that_ended_the_answer_is_named_with_where() -> None:
 def test_banned_words_are_said_next_to_the_answer() -> None:
     banned = prediction("apple", bad_words_list=["cherry", "cherries"])
     assert display.words_notes(banned) == [
-        "🚫 Banned (the model could not write them): “cherry”, “cherries”."
+        "Banned (the model could not write them): “cherry”, “cherries”."
     ]
     assert "Banned" in display.outcome(banned)
     assert display.words_notes(prediction("apple")) == []
