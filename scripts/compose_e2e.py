@@ -154,10 +154,12 @@ def run(checks: Checks, measured: Measured) -> None:
         measured.engine = engine.describe().split(" (")[0]
         env = compose_environment()
         measured.compose = docker("compose", "version", "--short", env=env).strip()
-        for dockerfile in ("triton/Dockerfile.cpu", "api/Dockerfile", "playground/Dockerfile"):
-            note = base_image(dockerfile_default(dockerfile, "PYTHON_IMAGE"))
-            print(note, flush=True)
-        measured.base = note
+        dockerfiles = ("triton/Dockerfile.cpu", "api/Dockerfile", "playground/Dockerfile")
+        for image in sorted({dockerfile_default(d, "PYTHON_IMAGE") for d in dockerfiles}):
+            note = base_image(image)
+            size = int(docker("image", "inspect", "-f", "{{.Size}}", image)) / 1e6
+            measured.base = f"{note}, {size:.0f} MB"
+            print(measured.base, flush=True)
         stack = Stack(env)
         stack.compose("down", "--volumes", "--remove-orphans")  # leftovers of a failed run
         try:

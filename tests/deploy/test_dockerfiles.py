@@ -206,3 +206,28 @@ def test_dockerignore_is_an_allow_list() -> None:
                     or path.startswith(source)
                     for path in allowed
                 ), f"{name}: {source} is excluded by .dockerignore"
+
+
+def _closure(name: str) -> set[str]:
+    """`name` and every file it includes with -r, transitively."""
+    seen, pending = set(), [name]
+    while pending:
+        current = pending.pop()
+        seen.add(current)
+        text = (REPO / "requirements" / current).read_text()
+        pending += [line.split()[1] for line in text.splitlines() if line.startswith("-r ")]
+    return seen
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_copies_exactly_the_pin_files_it_installs(name: str) -> None:
+    runs = " ".join(a for op, a in instructions(name) if op == "RUN")
+    installed = re.findall(r"/opt/tritonbox/requirements/(\w+\.txt)", runs)
+    wanted = set().union(*(_closure(file) for file in installed))
+    copied = {
+        Path(source).name
+        for op, argument in instructions(name)
+        if op == "COPY" and argument.startswith("requirements/")
+        for source in argument.split()[:-1]
+    }
+    assert copied == wanted
