@@ -107,7 +107,8 @@ class Stack:
 
 
 def predict(stack: Stack) -> str:
-    body = {"prompt": PROMPT, "max_tokens": 3, "temperature": 0, "stream": False}
+    # Greedy: the default model's next two tokens are " Paris" and "." (then a newline).
+    body = {"prompt": PROMPT, "max_tokens": 2, "temperature": 0, "stream": False}
     answer = httpx.post(f"{stack.api}/predict", json=body, timeout=120).json()
     assert answer["output"] == " Paris.", answer
     assert answer["status"] == "succeeded", answer
@@ -115,7 +116,9 @@ def predict(stack: Stack) -> str:
 
 
 def stream_chat(stack: Stack) -> str:
+    models = httpx.get(f"{stack.api}/v1/models", timeout=30).json()["data"]
     body = {
+        "model": models[0]["id"],
         "messages": [{"role": "user", "content": "What is the capital of France?"}],
         "max_tokens": 16,
         "temperature": 0,
