@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         app,
         factory=workers > 1,
         workers=workers if workers > 1 else None,
+        # The supervisor kills a worker that does not answer its ping in time, and a worker
+        # answers only once its imports are done (the tokenizer stack: seconds, many more on busy
+        # cores): at uvicorn's 5 s default, workers were killed and restarted forever under load.
+        timeout_worker_healthcheck=60,
         host=settings.api_host,
         port=settings.api_port,
         log_level="info",
