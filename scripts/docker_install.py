@@ -91,13 +91,24 @@ def pip_environment(workdir: Path) -> dict[str, str]:
     return {key: value for key, value in env.items() if not (key.startswith("PIP_") and not value)}
 
 
+def base_versions() -> dict[str, str]:
+    """What the base interpreter has, by name: the versions pip can pin (Ubuntu's own python3-*
+    packages may carry versions such as 2.7.7ubuntu4 that no constraint can name; pip leaves
+    those alone anyway, as nothing of ours requires them)."""
+    version = importlib.import_module("pip._vendor.packaging.version")
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        try:
+            version.Version(dist.version)
+        except version.InvalidVersion:
+            print(f"not held (not a PEP 440 version): {dist.metadata['Name']} {dist.version}")
+            continue
+        found.setdefault(canonical(dist.metadata["Name"]), dist.version)  # first on sys.path
+    return found
+
+
 def deps(args: argparse.Namespace) -> None:
-    installed = {}
-    if args.keep_installed:
-        installed = {
-            canonical(dist.metadata["Name"]): dist.version
-            for dist in importlib.metadata.distributions()
-        }
+    installed = base_versions() if args.keep_installed else {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         env = pip_environment(work)

@@ -4,6 +4,7 @@ machine's pip settings (scripts/docker_build_env.py), without a Docker engine.""
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 import urllib.error
@@ -137,3 +138,10 @@ def test_host_pip_settings_become_served_urls(tmp_path: Path) -> None:
             get(f"{base}/2/secret.conf")  # only the named file of that folder
         with pytest.raises(urllib.error.HTTPError):
             get(f"{base}/1/../../etc/secret.conf")
+
+
+def test_base_versions_are_all_pinnable() -> None:
+    # Constraints are written from these: every version must parse, and the first copy on
+    # sys.path is the one held (the one the interpreter imports).
+    found = install.base_versions()
+    assert found["pip"] and all(re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", v) for v in found.values())
