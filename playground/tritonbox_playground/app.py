@@ -5,7 +5,6 @@ and no database."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -29,26 +28,16 @@ from tritonbox_playground.form import (
     plain_error,
 )
 from tritonbox_playground.layout import ALL_SOURCES, build_layout, earlier_note
+from tritonbox_playground.layout_parts import named
 from tritonbox_playground.page_load import wire_page_load
-from tritonbox_playground.runs import ActiveRuns
+from tritonbox_playground.runs import ActiveRuns, session_of
 from tritonbox_playground.settings import PlaygroundSettings
 
 RECENT_LIMIT = 20
 
 
 def _named(fn: Callable[..., Any], *leading: str) -> Callable[..., Any]:
-    """`fn(*leading, *values)` shown with one named parameter per form field, so gradio_client
-    and the page's API docs say `prompt=`, `max_tokens=`, … instead of param_1, param_2, …"""
-    signature = inspect.signature(fn)
-    first = [signature.parameters[name] for name in leading]
-    fields = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in FIELDS]
-    fn.__signature__ = signature.replace(parameters=[*first, *fields])  # type: ignore[attr-defined]
-    return fn
-
-
-def _session(request: gr.Request | None) -> str:
-    # gradio_client and browsers both have a session hash; a missing one shares a slot.
-    return (request.session_hash if request is not None else None) or "anonymous"
+    return named(fn, leading, FIELDS)
 
 
 def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) -> gr.Blocks:
@@ -138,7 +127,7 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             if missing:  # nothing to send: say so next to Run, and send nothing
                 yield "", display.hint(missing), ""
                 return
-            handle = runs.begin(_session(request))
+            handle = runs.begin(session_of(request))
             text, current = "", ""
             try:
                 body = generation_input(values_by_name, earlier_messages)
@@ -159,10 +148,10 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             except PlaygroundError as failure:
                 yield text, display.error(plain_error(failure.message)), current
             finally:
-                runs.end(_session(request), handle)
+                runs.end(session_of(request), handle)
 
         async def stop(request: gr.Request) -> None:
-            handle = runs.get(_session(request))
+            handle = runs.get(session_of(request))
             if handle is None:
                 gr.Info("Nothing is running.")
                 return
@@ -262,7 +251,7 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
         )
         demo.load(list_recent, inputs=recent_source, outputs=recent, api_visibility="private")
 
-        compare_run = wire_compare(page.compare, api, runs, _session)
+        compare_run = wire_compare(page.compare, api, runs)
         compare_run.then(
             list_recent, inputs=recent_source, outputs=recent, api_visibility="private"
         )

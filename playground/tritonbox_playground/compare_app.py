@@ -4,7 +4,6 @@ shared comparison from `?compare=<id>,<id>` (components in compare_layout.py).""
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -27,7 +26,8 @@ from tritonbox_playground.compare import (
 )
 from tritonbox_playground.compare_layout import PRESETS, CompareLayout
 from tritonbox_playground.form import CHAT_MODE, generation_input, missing_prompt, plain_error
-from tritonbox_playground.runs import ActiveRuns
+from tritonbox_playground.layout_parts import named
+from tritonbox_playground.runs import ActiveRuns, session_of
 
 # The page's own address is known only to the browser: it turns `?compare=…` into a full link.
 ABSOLUTE_LINK_JS = "(link) => link && link.startsWith('?') ? "
@@ -35,15 +35,10 @@ ABSOLUTE_LINK_JS += "window.location.origin + window.location.pathname + link : 
 
 
 def _named(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Name the compare event's inputs for gradio_client: prompt=…, a_temperature=…, third=…"""
+    """The compare event's inputs for gradio_client: prompt=…, a_temperature=…, third=…"""
     names = [*SHARED]
     names += [f"{label.lower()}_{name}" for label in COLUMNS for name in COLUMN_FIELDS]
-    names.append("third")
-    signature = inspect.signature(fn)
-    fields = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names]
-    first = signature.parameters["request"]
-    fn.__signature__ = signature.replace(parameters=[first, *fields])  # type: ignore[attr-defined]
-    return fn
+    return named(fn, ("request",), [*names, "third"])
 
 
 def _split(values: tuple[Any, ...]) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
@@ -95,9 +90,7 @@ def compare_outputs(layout: CompareLayout) -> list[Any]:
     return [*layout.answers, *layout.results, layout.share, layout.link]
 
 
-def wire_compare(
-    layout: CompareLayout, api: ApiClient, runs: ActiveRuns, session: Callable[[Any], str]
-) -> Any:
+def wire_compare(layout: CompareLayout, api: ApiClient, runs: ActiveRuns) -> Any:
     """Wire the tab's events; returns its run event (to refresh the recent list after it)."""
     outputs = compare_outputs(layout)
 
@@ -119,7 +112,7 @@ def wire_compare(
         if len(bodies) < board.count:
             yield board.outputs()  # one setting is wrong: nothing was sent
             return
-        key = f"{session(request)}/compare"
+        key = f"{session_of(request)}/compare"
         handle = runs.begin(key)
         finals: dict[int, Prediction] = {}
         board.results[: board.count] = [display.running(None)] * board.count
@@ -146,7 +139,7 @@ def wire_compare(
             runs.end(key, handle)
 
     async def stop(request: gr.Request) -> None:
-        handle = runs.get(f"{session(request)}/compare")
+        handle = runs.get(f"{session_of(request)}/compare")
         if handle is None:
             gr.Info("Nothing is running.")
             return

@@ -1,7 +1,9 @@
-"""Controls that the Run and Compare tabs build alike."""
+"""Controls that the Run and Compare tabs build alike, and the names their events show."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gradio as gr
@@ -30,3 +32,15 @@ def number_control(parameter: p.Parameter, suffix: str = "", value: Any = None) 
         precision=0 if parameter.name in INTEGERS else None,
         **common,
     )
+
+
+def named(
+    fn: Callable[..., Any], leading: Sequence[str], names: Sequence[str]
+) -> Callable[..., Any]:
+    """`fn(*leading, *values)` shown with one named parameter per value, so gradio_client and
+    the page's API docs say `prompt=`, `max_tokens=`, … instead of param_1, param_2, …"""
+    signature = inspect.signature(fn)
+    first = [signature.parameters[name] for name in leading]
+    fields = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names]
+    fn.__signature__ = signature.replace(parameters=[*first, *fields])  # type: ignore[attr-defined]
+    return fn

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -40,3 +41,10 @@ class ActiveRuns:
 
     def get(self, session: str) -> RunHandle | None:
         return self._runs.get(session)
+
+
+def session_of(request: Any) -> str:
+    """The browser session a run belongs to (a gr.Request): gradio_client and browsers both
+    have a session hash; a missing one shares a slot."""
+    session = getattr(request, "session_hash", None) if request is not None else None
+    return str(session or "anonymous")

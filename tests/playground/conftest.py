@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tritonbox_testing.api_process import RunningApi, launch_api
 from tritonbox_testing.playground_process import RunningPlayground, launch_playground
 from tritonbox_testing.ports import free_port
@@ -19,6 +19,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Screenshots for docs/ are written only when asked: TRITONBOX_SCREENSHOTS=1 scripts/test ...
 SCREENSHOTS = os.environ.get("TRITONBOX_SCREENSHOTS") == "1"
+# The page fills itself from the api when it opens (limits, restores, the recent list): on a
+# busy machine that takes longer than Playwright's 5 s default for expect().
+expect.set_options(timeout=30_000)
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
@@ -50,7 +53,10 @@ def playground_server(
     playground_api: RunningApi, tmp_path_factory: pytest.TempPathFactory, playground_port: int
 ) -> Iterator[RunningPlayground]:
     running = launch_playground(
-        playground_api.url, tmp_path_factory.mktemp("playground"), playground_port
+        playground_api.url,
+        tmp_path_factory.mktemp("playground"),
+        playground_port,
+        public_url=playground_api.url,  # for snippets; unset would be 127.0.0.1:API_PORT
     )
     try:
         yield running

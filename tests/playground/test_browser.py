@@ -68,6 +68,7 @@ def test_run_stream_share_and_restore(
     assert web == f"{playground_api.url}/p/{prediction_id}"
     expect(page.locator("#recent")).to_contain_text(prediction_id)  # the list refreshed
     page.set_viewport_size({"width": 1280, "height": 1130})  # down to the stop words
+    page.evaluate("window.scrollTo(0, 0)")  # from the title, as a newcomer first sees it
     screenshot(page, "playground.png")
 
     saved = api.get(f"/v1/predictions/{prediction_id}").json()

@@ -126,7 +126,10 @@ def test_limits_are_this_engines_numbers_and_an_empty_prompt_sends_nothing(
     before = newest_id(api)
     page.goto(playground_server.url)
     # The test engine's MAX_OUTPUT_LEN and MAX_INPUT_LEN are both 512, read from the api.
-    expect(page.locator("#max_tokens")).to_contain_text("From 1 to 512 on this engine.")
+    # Generous waits: the page asks the api when it opens, and CI machines can be slow.
+    expect(page.locator("#max_tokens")).to_contain_text(
+        "From 1 to 512 on this engine.", timeout=60_000
+    )
     expect(page.locator("#prompt")).to_contain_text("Up to 512 tokens")
     expect(page.locator("#seed")).to_contain_text("Any whole number from 0, e.g. 42.")
     text = page.locator("body").inner_text()
@@ -159,7 +162,7 @@ def test_the_recent_list_shows_what_a_chat_asked(
     body: dict[str, Any] = {"input": {"messages": messages, "max_tokens": 2}}
     assert api.post("/v1/predictions", json=body | {"source": "playground"}).status_code == 201
     page.goto(playground_server.url)
-    expect(page.locator("#recent")).to_contain_text("Which colour is the sky?")
+    expect(page.locator("#recent")).to_contain_text("Which colour is the sky?", timeout=60_000)
 
 
 def test_the_page_stays_usable_on_a_phone(

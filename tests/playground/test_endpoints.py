@@ -210,3 +210,24 @@ def test_several_people_generate_at_once(
         assert api.get(f"/v1/predictions/{prediction_id}").json()["status"] == "canceled"
     for person in people:
         person.close()
+
+
+def test_compare_runs_each_setting_as_its_own_prediction(client: Client, api: httpx.Client) -> None:
+    outputs = client.predict(
+        prompt=PROMPT,
+        a_max_tokens=4,
+        b_max_tokens=4,
+        b_stop_words_list="Paris",
+        api_name="/compare",
+    )
+    answers, results, (share, link) = outputs[:3], outputs[3:6], outputs[6:]
+    ids = link.removeprefix("?compare=").split(",")
+    assert link.startswith("?compare=") and len(ids) == 2  # the browser adds its own address
+    assert f"({link})" in share
+    first, second = (api.get(f"/v1/predictions/{i}").json() for i in ids)
+    assert first["applied"]["temperature"] == 0 and second["applied"]["temperature"] == 1
+    assert first["applied"]["seed"] == second["applied"]["seed"]  # one shared seed
+    assert second["applied"]["stop_words_list"] == ["Paris"]
+    assert [first["output"], second["output"]] == list(answers[:2]) and answers[2] == ""
+    assert "**Setting A**: Temperature 0" in results[0] and "Stop words “Paris”" in results[1]
+    assert results[2] == ""
