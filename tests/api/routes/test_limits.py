@@ -13,4 +13,4 @@ def test_limits_are_the_engines_numbers(api: httpx.Client) -> None:
     assert limits["model"] == api.get("/v1/models").json()["data"][0]["id"]
     # The limit shown is the one enforced: one token more is refused.
     too_long = {"prompt": "Hi", "max_tokens": limits["max_output_tokens"] + 1}
-    assert api.post("/v1/predict", json=too_long).status_code == 422
+    assert api.post("/predict", json=too_long).status_code == 422
