@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tritonbox_triton.engine.scheduler import FinishReason
+from tritonbox_triton.engine.scheduler import EngineFinish
 
 
 class CollectingSink:
@@ -14,7 +14,7 @@ class CollectingSink:
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.calls = 0
-        self.finish: FinishReason | None = None
+        self.finish: EngineFinish | None = None
         self.error: str | None = None
         self.cancelled = False
         self.done = threading.Event()
@@ -28,7 +28,7 @@ class CollectingSink:
         return cancelled
 
     def on_tokens(
-        self, tokens: list[int], logprobs: list[float], finish: FinishReason | None
+        self, tokens: list[int], logprobs: list[float], finish: EngineFinish | None
     ) -> None:
         self.tokens += tokens
         self.logprobs += logprobs

@@ -13,7 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tritonbox_common.word_lists import decode_word_list, encode_word_list
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
-from tritonbox_triton.engine.scheduler import FinishReason, GenerationRequest, InflightBatcher
+from tritonbox_triton.engine.scheduler import EngineFinish, EngineRequest, InflightBatcher
 from tritonbox_triton.engine.stats import IterationStats
 from tritonbox_triton.engine.words import text_decoder
 
@@ -66,7 +66,7 @@ def submit(
 ) -> Any:
     settings = {"max_tokens": 24, "end_id": EOS, "pad_id": EOS, "temperature": 0.0, **params}
     engine.submit(
-        GenerationRequest(
+        EngineRequest(
             prompt=prompt,
             params=SamplingParams(**settings),
             sink=sink,
@@ -90,7 +90,7 @@ def test_greedy_batch_matches_generate_token_for_token(
         time.sleep(0.15)
     for prompt, sink in zip(prompts, sinks, strict=True):
         assert sink.wait().tokens == reference(model, prompt, 24)
-        assert sink.finish in (FinishReason.STOP, FinishReason.LENGTH)
+        assert sink.finish in (EngineFinish.STOP, EngineFinish.LENGTH)
 
 
 def test_mixed_batch_honours_each_requests_sampling(
@@ -120,7 +120,7 @@ def test_min_tokens_holds_back_the_end_id(
 ) -> None:
     prompt = chat_ids(tokenizer, PROMPTS[0])
     short = submit(engine, make_sink(), prompt, max_tokens=40).wait()
-    assert short.finish is FinishReason.STOP and len(short.tokens) < 15
+    assert short.finish is EngineFinish.STOP and len(short.tokens) < 15
     longer = submit(engine, make_sink(), prompt, max_tokens=40, min_tokens=15).wait()
     assert len(longer.tokens) >= 15
     assert EOS not in longer.tokens
@@ -131,7 +131,7 @@ def test_max_tokens_ends_with_length(
 ) -> None:
     sink = submit(engine, make_sink(), chat_ids(tokenizer, PROMPTS[3]), max_tokens=5).wait()
     assert len(sink.tokens) == 5
-    assert sink.finish is FinishReason.LENGTH
+    assert sink.finish is EngineFinish.LENGTH
 
 
 def test_stop_word_ends_generation(
@@ -140,7 +140,7 @@ def test_stop_word_ends_generation(
     prompt = chat_ids(tokenizer, PROMPTS[0])
     stop = decode_word_list(encode_word_list(tokenizer, ["Paris"]))
     sink = submit(engine, make_sink(), prompt, stop=stop).wait()
-    assert sink.finish is FinishReason.STOP_WORD
+    assert sink.finish is EngineFinish.STOP_WORD
     assert text_decoder(tokenizer)(sink.tokens).endswith("Paris")
 
 
@@ -239,7 +239,7 @@ def test_a_stop_for_a_waiting_request_cancels_it_at_once(
     admitted(recorder)
     sink = make_sink()
     engine.submit(
-        GenerationRequest(
+        EngineRequest(
             prompt=prompt,
             params=SamplingParams(max_tokens=5, end_id=EOS, pad_id=EOS),
             sink=sink,

@@ -1,4 +1,4 @@
-"""Stop and bad word matching on token ids and on decoded text."""
+"""Stop words matched on token ids (TensorRT-LLM's rule); bad words on ids and on text."""
 
 from __future__ import annotations
 
@@ -51,18 +51,20 @@ def test_bad_word_inside_a_longer_word_is_allowed(
     assert word.completes_bad_word(encode(tokenizer, "It"), space_is)
 
 
-def test_stop_word_matches_across_tokens_and_in_text(
+def test_a_stop_word_ends_the_sequence_on_its_last_token(
     tokenizer: PreTrainedTokenizerBase,
 ) -> None:
     word = rules(tokenizer, stop=("Paris",))
-    assert word.hits_stop_word(encode(tokenizer, "The capital is Paris"))
-    assert word.hits_stop_word(encode(tokenizer, "The capital is Paris."))
+    assert word.hits_stop_word(encode(tokenizer, "The capital is Paris"))  # the " Paris" variant
+    # Only at the end: the engine checks after every token, so it had stopped at "Paris".
+    assert not word.hits_stop_word(encode(tokenizer, "The capital is Paris."))
     assert not word.hits_stop_word(encode(tokenizer, "The capital is Lyon"))
 
 
-def test_whitespace_stop_word(tokenizer: PreTrainedTokenizerBase) -> None:
+def test_a_whitespace_stop_word_is_its_own_tokens(tokenizer: PreTrainedTokenizerBase) -> None:
     word = rules(tokenizer, stop=("\n\n",))
-    assert word.hits_stop_word(encode(tokenizer, "One.\n\nTwo"))
+    own = encode(tokenizer, "\n\n")
+    assert word.hits_stop_word(encode(tokenizer, "One.") + own)
     assert not word.hits_stop_word(encode(tokenizer, "One.\nTwo"))
 
 

@@ -44,14 +44,6 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1 or (self.top_k == 0 and self.top_p == 0.0)
 
-    @property
-    def penalised(self) -> bool:
-        return (
-            self.repetition_penalty != 1.0
-            or self.presence_penalty != 0.0
-            or self.frequency_penalty != 0.0
-        )
-
 
 def _scalar(tensors: Mapping[str, np.ndarray[Any, Any]], name: str) -> np.ndarray[Any, Any] | None:
     array = tensors.get(name)

@@ -40,7 +40,7 @@ EARLY_STOP_TTL_S = 60.0
 CANCEL_CHECK_S = 0.1
 
 
-class FinishReason(StrEnum):
+class EngineFinish(StrEnum):
     STOP = "stop"  # the end id
     LENGTH = "length"
     STOP_WORD = "stop_word"
@@ -52,7 +52,7 @@ class TokenSink(Protocol):
     def is_cancelled(self) -> bool: ...
 
     def on_tokens(
-        self, tokens: list[int], logprobs: list[float], finish: FinishReason | None
+        self, tokens: list[int], logprobs: list[float], finish: EngineFinish | None
     ) -> None:
         """New tokens; `finish` is set on the last call."""
 
@@ -83,7 +83,7 @@ class _NullObserver:
 
 
 @dataclass(eq=False)  # identity: two equal requests are still two requests
-class GenerationRequest:
+class EngineRequest:
     prompt: list[int]
     params: SamplingParams
     sink: TokenSink
@@ -98,12 +98,12 @@ class GenerationRequest:
 
 @dataclass
 class _Running:
-    request: GenerationRequest
+    request: EngineRequest
     state: SequenceState
 
 
 class InflightBatcher:
-    """Serves `GenerationRequest`s with in-flight batching on one background thread."""
+    """Serves `EngineRequest`s with in-flight batching on one background thread."""
 
     def __init__(
         self,
@@ -121,7 +121,7 @@ class InflightBatcher:
         self._max_batch_size = max_batch_size
         self._max_queue_size = max_queue_size  # 0 = unbounded, as MAX_QUEUE_SIZE
         self._observer: EngineObserver = observer or _NullObserver()
-        self._waiting: deque[GenerationRequest] = deque()
+        self._waiting: deque[EngineRequest] = deque()
         self._running: list[_Running] = []
         self._kv = BatchedKVCache()
         self._wakeup = threading.Condition()
@@ -132,7 +132,7 @@ class InflightBatcher:
         self._clients_asked = 0.0
         self._step = {"context": 0, "context_tokens": 0, "generation": 0}
 
-    def submit(self, request: GenerationRequest) -> bool:
+    def submit(self, request: EngineRequest) -> bool:
         """Queue `request`; False (and the request failed) when MAX_QUEUE_SIZE are waiting."""
         with self._wakeup:
             full = 0 < self._max_queue_size <= len(self._waiting)
@@ -166,12 +166,12 @@ class InflightBatcher:
             self._wakeup.notify()
         self._cancel(queued)
 
-    def _cancel(self, requests: list[GenerationRequest]) -> None:
+    def _cancel(self, requests: list[EngineRequest]) -> None:
         for request in requests:
             request.sink.on_cancelled()
             self._observer.on_finished("cancelled")
 
-    def _is_cancelled(self, request: GenerationRequest, *, ask_client: bool = True) -> bool:
+    def _is_cancelled(self, request: EngineRequest, *, ask_client: bool = True) -> bool:
         """A `stop` for it arrived, or (when `ask_client`) its client left. Never called with
         the lock held: asking the client is a round trip to Triton."""
         with self._wakeup:
@@ -298,7 +298,7 @@ class InflightBatcher:
                 request.sink.on_error(f"prefill failed: {error}")
                 self._observer.on_finished("error")
 
-    def _prefill(self, request: GenerationRequest) -> None:
+    def _prefill(self, request: EngineRequest) -> None:
         cache = DynamicCache(config=self._model.config)
         output = self._model(
             input_ids=torch.tensor([request.prompt]),
@@ -344,15 +344,15 @@ class InflightBatcher:
         choice = choose_token(logits, state)
         state.append(choice.token)
         self._observer.on_tokens(1)
-        finish: FinishReason | None = None
+        finish: EngineFinish | None = None
         if choice.token == params.end_id:
-            sink.on_tokens([], [], FinishReason.STOP)
-            self._observer.on_finished(FinishReason.STOP.value)
+            sink.on_tokens([], [], EngineFinish.STOP)
+            self._observer.on_finished(EngineFinish.STOP.value)
             return True
         if state.words.hits_stop_word(state.generated):
-            finish = FinishReason.STOP_WORD
+            finish = EngineFinish.STOP_WORD
         elif len(state.generated) >= params.max_tokens:
-            finish = FinishReason.LENGTH
+            finish = EngineFinish.LENGTH
         sink.on_tokens([choice.token], [choice.logprob], finish)
         if finish is not None:
             self._observer.on_finished(finish.value)

@@ -62,14 +62,6 @@ class WordRules:
         longest_bytes = max((len(text.encode()) for text in strings), default=0)
         return max(longest_ids, longest_bytes) + 2
 
-    @property
-    def has_bad_words(self) -> bool:
-        return bool(self._bad_ids)
-
-    @property
-    def has_stop_words(self) -> bool:
-        return bool(self._stop_ids)
-
     def banned_tokens(self, context: Sequence[int]) -> set[int]:
         """Tokens that would complete a bad word's token sequence after `context`."""
         banned: set[int] = set()

@@ -1,6 +1,6 @@
 """The cpu flavour of the `tensorrt_llm` step: a Hugging Face checkpoint, in-flight batched.
 
-This file is Triton glue only: it turns input tensors into `GenerationRequest`s for the engine
+This file is Triton glue only: it turns input tensors into `EngineRequest`s for the engine
 in `tritonbox_triton.engine` and the engine's tokens back into responses shaped like NVIDIA's
 tensorrtllm backend (`output_ids` [batch=1, beam=1, tokens], ...). Streaming responses carry only
 the new tokens; every request ends with one response flagged final, so no client waits on an
@@ -28,7 +28,7 @@ from tritonbox_triton.engine.params import (
     prompt_ids,
     sampling_params,
 )
-from tritonbox_triton.engine.scheduler import FinishReason, GenerationRequest, InflightBatcher
+from tritonbox_triton.engine.scheduler import EngineFinish, EngineRequest, InflightBatcher
 from tritonbox_triton.engine.stats import FAMILIES, IterationStats, nvidia_values
 from tritonbox_triton.engine.words import text_decoder
 
@@ -100,7 +100,7 @@ class TritonSink:
         return bool(self._sender.is_cancelled())
 
     def on_tokens(
-        self, tokens: list[int], logprobs: list[float], finish: FinishReason | None
+        self, tokens: list[int], logprobs: list[float], finish: EngineFinish | None
     ) -> None:
         if self._params.streaming:
             self._send(_response(tokens, logprobs), final=finish is not None)
@@ -247,7 +247,7 @@ class TritonPythonModel:
         if not self._decoupled:
             params = dataclasses.replace(params, streaming=False)  # one response per request
         self._engine.submit(
-            GenerationRequest(
+            EngineRequest(
                 prompt=prompt,
                 params=params,
                 sink=TritonSink(sender, params, prompt),
