@@ -57,6 +57,12 @@ class GenerationRequest:
     sampling: dict[str, float | int | bool] = field(default_factory=dict)
     model: str = "ensemble"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Set: the prompt's ids go to the `tensorrt_llm` step itself (`model`), not the ensemble;
+    # stop and bad words then come as packed `[2, N]` token-id lists (`stop_words` and
+    # `bad_words` are the ensemble's).
+    input_ids: Sequence[int] | None = None
+    stop_word_ids: Any = None
+    bad_word_ids: Any = None
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,43 @@ def _input(name: str, array: np.ndarray[Any, Any], datatype: str) -> InferInput:
     return tensor
 
 
+# The `tensorrt_llm` step's names for the ensemble inputs it gets under another name.
+ENGINE_INPUT_NAMES = {
+    "top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty",
+}  # fmt: skip
+
+
+def build_engine_inputs(request: GenerationRequest) -> list[InferInput]:
+    """The `tensorrt_llm` step's input tensors for a request with `input_ids`."""
+    assert request.input_ids is not None
+    ids = np.asarray([list(request.input_ids)], dtype=np.int32)
+    inputs = [
+        _input("input_ids", ids, "INT32"),
+        _input("input_lengths", np.array([[ids.shape[1]]], dtype=np.int32), "INT32"),
+        _input("request_output_len", np.array([[request.max_tokens]], dtype=np.int32), "INT32"),
+        _input("streaming", np.array([[request.stream]], dtype=np.bool_), "BOOL"),
+    ]
+    for name, packed in (
+        ("stop_words_list", request.stop_word_ids),
+        ("bad_words_list", request.bad_word_ids),
+    ):
+        if packed is not None:
+            words = np.asarray(packed, dtype=np.int32)[np.newaxis]
+            inputs.append(_input(name, words, "INT32"))
+    for name, value in {"exclude_input_in_output": True, **request.sampling}.items():
+        if name not in SCALAR_INPUTS:
+            raise ValueError(f"unknown sampling input {name!r}; known: {sorted(SCALAR_INPUTS)}")
+        datatype = SCALAR_INPUTS[name]
+        array = np.array([[value]], dtype=_NUMPY_TYPES[datatype])
+        inputs.append(_input(ENGINE_INPUT_NAMES.get(name, name), array, datatype))
+    return inputs
+
+
 def build_inputs(request: GenerationRequest) -> list[InferInput]:
-    """The ensemble's input tensors for one request (batch dimension 1)."""
+    """The ensemble's input tensors for one request (batch dimension 1); the `tensorrt_llm`
+    step's when the request carries its `input_ids`."""
+    if request.input_ids is not None:
+        return build_engine_inputs(request)
     inputs = [
         _input("text_input", np.array([[request.prompt.encode()]], dtype=np.object_), "BYTES"),
         _input("max_tokens", np.array([[request.max_tokens]], dtype=np.int32), "INT32"),

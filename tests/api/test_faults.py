@@ -119,8 +119,16 @@ def test_non_streaming_client_that_leaves_cancels(api_server: Any) -> None:
     assert saved["status"] == "canceled"
 
 
+def api_in_flight(api_server: Any) -> float:
+    text = httpx.get(f"{api_server.url}/metrics", timeout=5).text
+    (line,) = [x for x in text.splitlines() if x.startswith("tritonbox_requests_in_flight ")]
+    return float(line.rsplit(" ", 1)[1])
+
+
 def test_overload_gets_429_with_retry_after(api_server: Any) -> None:
     limit = 24  # MAX_CONCURRENT_REQUESTS of the fixture
+    # Every slot free first: a stream an earlier test left open still holds one.
+    wait_for(lambda: api_in_flight(api_server) == 0, 120)
     statuses: list[int] = []
     body = {"input": {"prompt": "Hi", "max_tokens": 20}}
 

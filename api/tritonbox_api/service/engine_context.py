@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonbox_api.triton_gateway import EngineInfo, TritonGateway
-from tritonbox_common.tokenization import load_tokenizer
+from tritonbox_common.tokenization import TokenIds, default_token_ids, load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class EngineContext:
     info: EngineInfo
     tokenizer: Any  # a transformers tokenizer
     model_name: str
+    token_ids: TokenIds  # end and pad ids, as the ensemble's preprocessing step defaults them
 
 
 class EngineContextLoader:
@@ -41,6 +42,9 @@ class EngineContextLoader:
                 info = await self._gateway.engine_info()
                 # The tokenizer Triton's preprocessing step uses: one place configures it.
                 tokenizer = await asyncio.to_thread(load_tokenizer, info.tokenizer_dir)
+                token_ids = default_token_ids(tokenizer, info.tokenizer_dir)
                 name = self._model_name or info.tokenizer_dir.name
-                self._context = EngineContext(info=info, tokenizer=tokenizer, model_name=name)
+                self._context = EngineContext(
+                    info=info, tokenizer=tokenizer, model_name=name, token_ids=token_ids
+                )
         return self._context

@@ -39,6 +39,9 @@ T = TypeVar("T")
 
 # How long the engine's `stop` may take before the clean-up goes on without it.
 ENGINE_STOP_TIMEOUT_S = 5.0
+# TensorRT-LLM's executor (and the cpu engine) refuse a request with this when MAX_QUEUE_SIZE
+# requests already wait.
+ENGINE_QUEUE_FULL = "Maximum queue size of"
 
 
 async def _to_the_end(awaitable: Awaitable[T], on_cancel: Callable[[], object] | None = None) -> T:
@@ -209,8 +212,11 @@ class PredictionService:
             return _Outcome(Status.FAILED, str(failure), retryable=True)
         if isinstance(failure, TritonRequestError):
             progress.engine_finished = True  # an error response is the request's last
-            # A restarting Triton answers "unknown model" before its models are back.
-            retryable = progress.completion_tokens == 0 and not await self._gateway.is_ready()
+            # A restarting Triton answers "unknown model" before its models are back; a full
+            # engine queue (MAX_QUEUE_SIZE) refuses for now only.
+            retryable = progress.completion_tokens == 0 and (
+                ENGINE_QUEUE_FULL in str(failure) or not await self._gateway.is_ready()
+            )
             return _Outcome(Status.FAILED, str(failure), retryable)
         log.error("prediction %s failed", running.id, exc_info=failure)
         return _Outcome(Status.FAILED, "internal error: the api could not finish this prediction")

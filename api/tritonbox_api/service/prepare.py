@@ -16,9 +16,10 @@ from tritonbox_api.protocol.errors import invalid
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.engine_context import EngineContext
 from tritonbox_common.client import GenerationRequest
+from tritonbox_common.ensemble import ENGINE_MODEL
 from tritonbox_common.errors import RequestError
 from tritonbox_common.tokenization import encode_prompt
-from tritonbox_common.word_lists import encode_word_list
+from tritonbox_common.word_lists import encode_word_list, pack_word_ids
 
 # Prompts up to this many characters are tokenised on the event loop. Tokenising costs about
 # 25 µs plus 0.45 µs a character (SmolLM2's fast tokenizer), so 2 000 characters hold the loop
@@ -55,7 +56,7 @@ def _check_words(tokenizer: Any, field: str, words: list[str]) -> None:
             raise invalid(f"{field}[{index}]", str(error)) from None
 
 
-def _count_prompt(context: EngineContext, prompt: str) -> int:
+def _prompt_ids(context: EngineContext, prompt: str) -> list[int]:
     try:
         ids = encode_prompt(context.tokenizer, prompt, context.info.max_input_len)
     except RequestError:
@@ -65,15 +66,15 @@ def _count_prompt(context: EngineContext, prompt: str) -> int:
             f"{count} tokens is longer than the engine's max input of "
             f"{context.info.max_input_len} tokens (MAX_INPUT_LEN)",
         ) from None
-    return len(ids)
+    return [int(i) for i in ids]
 
 
-async def count_prompt_tokens(context: EngineContext, prompt: str) -> int:
-    """The prompt's token count; 422 when it is longer than the engine accepts."""
+async def prompt_ids(context: EngineContext, prompt: str) -> list[int]:
+    """The prompt's token ids; 422 when it is longer than the engine accepts."""
     if len(prompt) <= INLINE_TOKENIZE_MAX_CHARS:
-        return _count_prompt(context, prompt)
+        return _prompt_ids(context, prompt)
     # Tokenising a long prompt takes milliseconds: keep it off the event loop.
-    return await asyncio.to_thread(_count_prompt, context, prompt)
+    return await asyncio.to_thread(_prompt_ids, context, prompt)
 
 
 async def prepare(
@@ -85,7 +86,13 @@ async def prepare(
     max_tokens_given: bool | None = None,
 ) -> PreparedGeneration:
     """`max_tokens_given`: whether the client chose max_tokens (by default, whether `params`
-    has it set; a route that builds `params` itself knows better)."""
+    has it set; a route that builds `params` itself knows better).
+
+    The request is for the `tensorrt_llm` step itself, not the ensemble: the api has the
+    prompt's ids already (it counts them) and decodes the output itself, so the ensemble's
+    tokenising and per-token detokenising steps were paid for twice. Measured: half of Triton's
+    CPU per token (docs/benchmark-direct-engine.md). The ensemble stays for Triton's own clients.
+    """
     limit = context.info.max_output_len
     if max_tokens_given is None:
         max_tokens_given = "max_tokens" in params.model_fields_set
@@ -119,7 +126,7 @@ async def prepare(
         raise invalid("prompt", "is empty (only whitespace)")
     stop_words = list(params.stop_words_list or [])
     bad_words = list(params.bad_words_list or [])
-    prompt_tokens = await count_prompt_tokens(context, prompt)
+    ids = await prompt_ids(context, prompt)
     _check_words(context.tokenizer, "stop_words_list", stop_words)
     _check_words(context.tokenizer, "bad_words_list", bad_words)
 
@@ -139,7 +146,17 @@ async def prepare(
     # A random seed is still recorded, so any answer can be reproduced from its prediction.
     seed = params.seed if params.seed is not None else secrets.randbelow(2**63)
     sampling["seed"] = seed
+    # What the ensemble's preprocessing step adds: its default end and pad ids, the model's other
+    # end ids as one-token stop words (an end, not a stop word: the api's text rule is for the
+    # client's words), bad words as token ids with their variants.
+    token_ids = context.token_ids
+    sampling |= {"end_id": token_ids.end_id, "pad_id": token_ids.pad_id}
+    extra_ends = [[end] for end in token_ids.extra_end_ids]
     request = GenerationRequest(
+        model=ENGINE_MODEL,
+        input_ids=ids,
+        stop_word_ids=pack_word_ids(extra_ends) if extra_ends else None,
+        bad_word_ids=encode_word_list(context.tokenizer, bad_words) if bad_words else None,
         prompt=prompt,
         max_tokens=params.max_tokens,
         stream=True,  # the api always streams from the engine; it buffers for non-streaming clients
@@ -161,7 +178,7 @@ async def prepare(
     }
     return PreparedGeneration(
         request=request,
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=len(ids),
         applied=applied,
         stop_words=tuple(stop_words),
     )

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonbox_api.db.models import Source
-from tritonbox_api.protocol.errors import unavailable
+from tritonbox_api.protocol.errors import ApiError, unavailable
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.engine_context import EngineContextLoader
-from tritonbox_api.service.predictions import PredictionService
+from tritonbox_api.service.predictions import ENGINE_QUEUE_FULL, PredictionService
 from tritonbox_api.service.prepare import prepare
 from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.triton_gateway import TritonUnavailableError
@@ -85,6 +85,15 @@ async def begin(
         running.cancel("its request failed before the first event")
         raise
     if isinstance(first, Ended) and first.retryable:
+        if ENGINE_QUEUE_FULL in (first.prediction.error or ""):
+            refusal = ApiError(
+                429,
+                f"the engine's queue is full (MAX_QUEUE_SIZE); prediction {running.id} was "
+                "saved as failed, retry shortly",
+                type="rate_limit_error",
+                headers={"Retry-After": "1", "X-Prediction-Id": running.id},
+            )
+            raise refusal
         refusal = unavailable(
             f"the engine is unavailable ({first.prediction.error}); prediction "
             f"{running.id} was saved as failed, retry shortly"

@@ -26,7 +26,7 @@ from tritonbox_api import main
 from tritonbox_api.main import create_app
 from tritonbox_api.settings import ApiSettings
 from tritonbox_api.triton_gateway import EngineInfo, TritonUnavailableError
-from tritonbox_common.client import Chunk, GenerationRequest
+from tritonbox_common.client import Chunk, GenerationRequest, TritonRequestError
 from tritonbox_triton.prepare_model import prepare_default_model
 from tritonbox_triton.settings import DEFAULT_MODEL_NAME
 
@@ -44,6 +44,7 @@ class FakeEngine:
         self.queued_s = 0.0  # before the first token (waiting in the engine's queue)
         self.stop_delay_s = 0.0
         self.down = False
+        self.refuse: str | None = None  # an error the engine answers every request with
         self.active: set[str] = set()
         self.started: list[GenerationRequest] = []
         self.stops: list[str] = []
@@ -67,6 +68,8 @@ class FakeEngine:
         if self.down:
             raise TritonUnavailableError("fake engine down")
         self.started.append(request)
+        if self.refuse is not None:
+            raise TritonRequestError(self.refuse)
         self.active.add(request.request_id)
         await asyncio.sleep(self.queued_s)
         tokens = itertools.islice(itertools.cycle(self.ids), request.max_tokens)

@@ -322,3 +322,17 @@ def test_prepare_sends_no_stop_words_to_the_engine(make_stack: Callable[..., Any
         assert prepared.applied["stop_words_list"] == ["\n\n", " x "]
 
     run(make_stack, scenario)
+
+
+def test_a_full_engine_queue_is_a_429_to_retry(make_stack: Callable[..., Any]) -> None:
+    async def scenario(stack: Any) -> None:
+        stack.engine.refuse = "Maximum queue size of 4 has been reached, please try again later"
+        refused = await stack.call("POST", "/predict", LONG).finish()
+        assert refused.status == 429 and refused.headers["retry-after"] == "1"
+        (row,) = await rows(stack)
+        assert row.id == refused.headers["x-prediction-id"] and row.status.value == "failed"
+        stack.engine.refuse = None
+        again = await stack.call("POST", "/predict", {**LONG, "max_tokens": 2}).finish()
+        assert again.status == 200
+
+    run(make_stack, scenario)

@@ -14,11 +14,13 @@ from tritonbox_api.service.engine_context import EngineContext
 from tritonbox_api.service.prepare import (
     INLINE_TOKENIZE_MAX_CHARS,
     PreparedGeneration,
-    count_prompt_tokens,
     prepare,
+    prompt_ids,
 )
 from tritonbox_api.triton_gateway import EngineInfo
-from tritonbox_common.tokenization import load_tokenizer
+from tritonbox_common.client import build_inputs
+from tritonbox_common.tokenization import default_token_ids, load_tokenizer
+from tritonbox_common.word_lists import decode_word_list
 from tritonbox_triton.prepare_model import prepare_default_model
 
 REPO = Path(__file__).resolve().parents[3]
@@ -29,7 +31,9 @@ def context() -> EngineContext:
     model_dir = REPO / ".cache" / "models" / "SmolLM2-135M-Instruct"
     prepare_default_model(model_dir)
     info = EngineInfo(tokenizer_dir=model_dir, max_input_len=64, max_output_len=32)
-    return EngineContext(info=info, tokenizer=load_tokenizer(model_dir), model_name="m")
+    tokenizer = load_tokenizer(model_dir)
+    ids = default_token_ids(tokenizer, model_dir)
+    return EngineContext(info=info, tokenizer=tokenizer, model_name="m", token_ids=ids)
 
 
 def run(context: EngineContext, stream: bool = True, **values: Any) -> PreparedGeneration:
@@ -90,7 +94,7 @@ def test_short_prompts_are_counted_inline_long_ones_in_a_thread(
     wide = EngineContext(
         info=EngineInfo(tokenizer_dir=context.info.tokenizer_dir, max_input_len=4096,
                         max_output_len=32),
-        tokenizer=context.tokenizer, model_name="m",
+        tokenizer=context.tokenizer, model_name="m", token_ids=context.token_ids,
     )  # fmt: skip
     hops: list[str] = []
     real_to_thread = asyncio.to_thread
@@ -104,9 +108,26 @@ def test_short_prompts_are_counted_inline_long_ones_in_a_thread(
     long = short + "and a dog " * 10
     assert len(short) <= INLINE_TOKENIZE_MAX_CHARS < len(long)
     for prompt in (short, long):
-        counted = asyncio.run(count_prompt_tokens(wide, prompt))
+        counted = len(asyncio.run(prompt_ids(wide, prompt)))
         assert counted == len(context.tokenizer.encode(prompt))
     assert hops == [long]
     # Too long is refused the same way on either side of the threshold.
     assert "MAX_INPUT_LEN" in refused(context, prompt="word " * 80)
     assert "MAX_INPUT_LEN" in refused(context, prompt="word " * 1000)
+
+
+def test_the_request_is_for_the_engine_step_with_the_prompts_ids(context: EngineContext) -> None:
+    prepared = run(context, prompt="Hello there", bad_words_list=["Paris"], stop_words_list=["\n"])
+    request = prepared.request
+    assert request.model == "tensorrt_llm"
+    assert list(request.input_ids or []) == context.tokenizer.encode("Hello there")
+    assert prepared.prompt_tokens == len(request.input_ids or [])
+    assert request.sampling["end_id"] == context.token_ids.end_id
+    assert request.stop_words == ()  # the api's text rule decides stop words
+    assert decode_word_list(request.bad_word_ids)  # with the word's variants
+    tensors = {tensor.name(): tensor for tensor in build_inputs(request)}
+    assert {"input_ids", "input_lengths", "request_output_len", "streaming", "end_id", "pad_id",
+            "runtime_top_k", "runtime_top_p", "bad_words_list", "exclude_input_in_output"} <= set(
+        tensors
+    )  # fmt: skip
+    assert "text_input" not in tensors and "top_k" not in tensors
