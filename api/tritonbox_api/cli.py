@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,12 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("uvicorn.access").addFilter(ProbeAccessFilter())
     workers = worker_count(settings)
     app: Any = create_app(settings) if workers == 1 else "tritonbox_api.cli:worker_app"
+    metrics_folder: Path | None = None
     if workers > 1:
         # Migrated here, once: N workers starting together would otherwise queue on the lock.
         database = Database(settings_url(settings))
         database.open()
         database.close()
-        prepare_multiprocess_metrics()
+        metrics_folder = prepare_multiprocess_metrics()
         os.environ[ENV_FILE_VARIABLE] = str(_env_file(argv).resolve())
         logging.getLogger(__name__).info("starting %d api workers", workers)
     uvicorn.run(
@@ -85,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         # Streams must end promptly on Ctrl-C; running predictions are saved as canceled.
         timeout_graceful_shutdown=5,
     )
+    if metrics_folder is not None:  # the workers are gone: their samples with them
+        shutil.rmtree(metrics_folder, ignore_errors=True)
     return 0
 
 

@@ -190,6 +190,7 @@ class WorkerPresence:
         return recover_orphans(session=session, stale_after=self._stale_after)
 
     async def _watch(self) -> None:
+        log.info("api worker %s: heartbeat and cancel watch started", self.id)
         next_beat = time.monotonic() + self._heartbeat_s
         while True:
             await asyncio.sleep(self._poll_s)
@@ -212,6 +213,7 @@ class WorkerPresence:
         for prediction_id in await self._database.read(requested):
             if prediction_id in self._cancelling:
                 continue
+            log.info("prediction %s: cancel requested through another worker", prediction_id)
             task = asyncio.create_task(self._cancel(prediction_id, "cancel requested"))
             self._cancelling[prediction_id] = task
             task.add_done_callback(self._forget(prediction_id))
