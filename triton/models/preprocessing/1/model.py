@@ -40,7 +40,7 @@ class TritonPythonModel:
             max_output_len=int_parameter(params, "max_output_len"),
         )
         self.tokenizer = load_tokenizer(tokenizer_dir)
-        self.defaults = default_token_ids(self.tokenizer)
+        self.defaults = default_token_ids(self.tokenizer, tokenizer_dir)
         pb_utils.Logger.log_info(
             f"preprocessing: tokenizer {tokenizer_dir}, {self.limits}, {self.defaults}"
         )
