@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -70,11 +71,15 @@ class Stack:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.api_port, self.playground_port = free_port(), free_port()
-        # Published on loopback only: compose's short syntax takes an address before the port.
+        # Published where compose publishes by default (PUBLISH_ADDRESS=127.0.0.1); a key the
+        # test then looks for where secrets must never be (command lines, logs, the page).
+        self.key = secrets.token_urlsafe(24)
         self.env = env | {
-            "API_PORT": f"127.0.0.1:{self.api_port}",
-            "PLAYGROUND_PORT": f"127.0.0.1:{self.playground_port}",
+            "API_PORT": str(self.api_port),
+            "PLAYGROUND_PORT": str(self.playground_port),
+            "API_KEY": self.key,
         }
+        self.auth = {"Authorization": f"Bearer {self.key}"}
         self.api = f"http://127.0.0.1:{self.api_port}"
         self.playground = f"http://127.0.0.1:{self.playground_port}"
 
@@ -109,14 +114,14 @@ class Stack:
 def predict(stack: Stack) -> str:
     # Greedy: the default model's next two tokens are " Paris" and "." (then a newline).
     body = {"prompt": PROMPT, "max_tokens": 2, "temperature": 0, "stream": False}
-    answer = httpx.post(f"{stack.api}/predict", json=body, timeout=120).json()
+    answer = httpx.post(f"{stack.api}/predict", json=body, headers=stack.auth, timeout=120).json()
     assert answer["output"] == " Paris.", answer
     assert answer["status"] == "succeeded", answer
     return str(answer["id"])
 
 
 def stream_chat(stack: Stack) -> str:
-    models = httpx.get(f"{stack.api}/v1/models", timeout=30).json()["data"]
+    models = httpx.get(f"{stack.api}/v1/models", headers=stack.auth, timeout=30).json()["data"]
     body = {
         "model": models[0]["id"],
         "messages": [{"role": "user", "content": "What is the capital of France?"}],
@@ -125,9 +130,8 @@ def stream_chat(stack: Stack) -> str:
         "stream": True,
     }
     chunks: list[str] = []
-    with httpx.stream(
-        "POST", f"{stack.api}/v1/chat/completions", json=body, timeout=120
-    ) as response:
+    url = f"{stack.api}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers=stack.auth, timeout=120) as response:
         assert response.status_code == 200, response.read()
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
@@ -142,6 +146,31 @@ def stored(stack: Stack, prediction_id: str) -> str:
     got = httpx.get(f"{stack.api}/v1/predictions/{prediction_id}", timeout=30).json()
     assert got["output"] == " Paris.", got
     return prediction_id
+
+
+def closed_by_default(stack: Stack) -> str:
+    """Published on loopback only, and the api refuses callers without the key."""
+    for service in ("api", "playground"):
+        (container,) = stack.compose("ps", "--quiet", service).split()
+        bindings = docker("port", container).split()
+        addresses = {b.rsplit(":", 1)[0] for b in bindings if ":" in b}
+        assert addresses == {"127.0.0.1"}, (service, bindings)
+    refused = httpx.post(f"{stack.api}/predict", json={"prompt": "Hi"}, timeout=30)
+    assert refused.status_code == 401, refused.status_code
+    return "127.0.0.1 only; 401 without the key"
+
+
+def secrets_stay_hidden(stack: Stack) -> str:
+    """The key is in no command line `docker inspect` shows, no log, and not in the page."""
+    for container in stack.compose("ps", "--quiet").split():
+        shown = docker(
+            "inspect", "-f", "{{.Path}} {{.Args}} {{.Config.Cmd}} {{.Config.Entrypoint}}", container
+        )
+        assert stack.key not in shown, container
+    assert stack.key not in stack.compose("logs")
+    for path in ("/", "/config"):
+        assert stack.key not in httpx.get(f"{stack.playground}{path}", timeout=60).text, path
+    return "not in command lines, logs or the playground page"
 
 
 def page(url: str, needle: str) -> str:
@@ -206,6 +235,8 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> None:
     if ids:
         checks.check("permalink page", lambda: page(f"{stack.api}/p/{ids[0]}", "Paris"))
     checks.check("playground page", lambda: page(f"{stack.playground}/", "gradio"))
+    checks.check("closed by default", lambda: closed_by_default(stack))
+    checks.check("secrets stay hidden", lambda: secrets_stay_hidden(stack))
     measured.memory = stack.memory()
     print("memory: " + ", ".join(f"{s} {m}" for s, m in measured.memory.items()), flush=True)
     checks.check("restart api", lambda: stack.compose("restart", "api") and stack.up() and None)

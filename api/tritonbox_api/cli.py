@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +53,10 @@ def worker_app() -> FastAPI:
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings = serve_settings("tritonbox-api", __doc__, ApiSettings, argv)
-    if settings is None:
+    serve = serve_settings("tritonbox-api", __doc__, ApiSettings, argv)
+    if serve is None:
         return 1
+    settings = serve.settings
     logging.getLogger("uvicorn.access").addFilter(ProbeAccessFilter())
     workers = worker_count(settings)
     app: Any = create_app(settings) if workers == 1 else "tritonbox_api.cli:worker_app"
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         database.open()
         database.close()
         metrics_folder = prepare_multiprocess_metrics()
-        os.environ[ENV_FILE_VARIABLE] = str(_env_file(argv).resolve())
+        os.environ[ENV_FILE_VARIABLE] = str(serve.env_file.resolve())
         logging.getLogger(__name__).info("starting %d api workers", workers)
     uvicorn.run(
         app,
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         # answers only once its imports are done (the tokenizer stack: seconds, many more on busy
         # cores): at uvicorn's 5 s default, workers were killed and restarted forever under load.
         timeout_worker_healthcheck=60,
-        host=settings.api_host,
+        host=serve.host,
         port=settings.api_port,
         log_level="info",
         # uvloop and httptools (requirements/api.txt) when installed, else asyncio and h11: the
@@ -90,14 +90,3 @@ def main(argv: list[str] | None = None) -> int:
     if metrics_folder is not None:  # the workers are gone: their samples with them
         shutil.rmtree(metrics_folder, ignore_errors=True)
     return 0
-
-
-def _env_file(argv: list[str] | None) -> Path:
-    """The `--env-file` serve_settings read (default `.env`)."""
-    arguments = list(argv) if argv is not None else sys.argv[1:]
-    for index, argument in enumerate(arguments):
-        if argument == "--env-file" and index + 1 < len(arguments):
-            return Path(arguments[index + 1])
-        if argument.startswith("--env-file="):
-            return Path(argument.split("=", 1)[1])
-    return Path(".env")

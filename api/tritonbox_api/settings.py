@@ -8,7 +8,7 @@ api reads them from Triton's `preprocessing` config at start, so they have one s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
@@ -16,13 +16,17 @@ from pydantic_settings import BaseSettings
 from tritonbox_common.shared_settings import (
     API_PORT,
     PLAYGROUND_PORT,
+    PUBLISH_ADDRESS,
     SERVICE_SETTINGS_CONFIG,
     TRITON_GRPC_PORT,
+    AllowOpenAccess,
     ApiKey,
     ApiPort,
     PlaygroundPort,
     PublicUrl,
+    PublishAddress,
     TritonGrpcPort,
+    refuse_open_access,
     with_derived_url,
 )
 
@@ -32,7 +36,8 @@ class ApiSettings(BaseSettings):
 
     model_config = SERVICE_SETTINGS_CONFIG
 
-    api_host: str = Field(default="127.0.0.1", description="Address the api listens on.")
+    publish_address: PublishAddress = PUBLISH_ADDRESS
+    allow_open_access: AllowOpenAccess = False
     api_port: ApiPort = API_PORT
     triton_grpc_port: TritonGrpcPort = TRITON_GRPC_PORT
     triton_url: str = Field(
@@ -127,3 +132,13 @@ class ApiSettings(BaseSettings):
             default_port=PLAYGROUND_PORT,
             template="http://{host}:{port}",
         )
+
+    @model_validator(mode="after")
+    def _closed_unless_opened(self) -> Self:
+        refuse_open_access(
+            service="api",
+            address=self.publish_address,
+            guarded_by="API_KEY" if self.api_key is not None else None,
+            allow_open_access=self.allow_open_access,
+        )
+        return self

@@ -9,6 +9,7 @@ no two services define the same key differently.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -96,3 +97,57 @@ class WithoutResolved(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return {key: value for key, value in self.source().items() if key not in self.keys}
+
+
+PublishAddress = Annotated[
+    str,
+    Field(
+        description="Where the api and the playground can be reached from: natively the address "
+        "they listen on, in compose the host address their ports are published on. 127.0.0.1 = "
+        "this machine only; any other address (0.0.0.0 = every interface) needs API_KEY and a "
+        "playground login, or ALLOW_OPEN_ACCESS=true.",
+    ),
+]
+AllowOpenAccess = Annotated[
+    bool,
+    Field(
+        description="Serve on a PUBLISH_ADDRESS other than this machine without API_KEY or a "
+        "playground login: anyone who reaches the ports may use the model and read every "
+        "prediction. Only for networks you trust.",
+    ),
+]
+PUBLISH_ADDRESS = LOCALHOST
+
+
+def is_loopback(address: str) -> bool:
+    """True for addresses only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    host = address.strip().strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def refuse_open_access(
+    *, service: str, address: str, guarded_by: str | None, allow_open_access: bool
+) -> None:
+    """Raise ValueError when `service` would be reachable beyond this machine unguarded.
+
+    `guarded_by` names what protects it (None when nothing does). The message says both ways
+    out, so the first start on a server tells its owner what to do.
+    """
+    if is_loopback(address) or guarded_by is not None or allow_open_access:
+        return
+    raise ValueError(
+        f"PUBLISH_ADDRESS={address} would let anyone who reaches this machine use the {service} "
+        f"without a password. Set {_WAY_IN[service]}, or set PUBLISH_ADDRESS=127.0.0.1 (this "
+        "machine only), or ALLOW_OPEN_ACCESS=true to serve it open on purpose."
+    )
+
+
+_WAY_IN = {
+    "api": "API_KEY (a long random string: clients send `Authorization: Bearer <API_KEY>`)",
+    "playground": "PLAYGROUND_USERNAME and PLAYGROUND_PASSWORD (the page then asks for them)",
+}

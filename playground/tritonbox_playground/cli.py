@@ -8,13 +8,13 @@ from tritonbox_common.service_cli import serve_settings
 from tritonbox_playground.settings import PlaygroundSettings
 
 
-def launch_options(settings: PlaygroundSettings) -> dict[str, Any]:
+def launch_options(settings: PlaygroundSettings, host: str) -> dict[str, Any]:
     """Gradio's launch() arguments: address, login, and nothing that reaches the internet."""
     auth = None
     if settings.playground_username and settings.playground_password:
         auth = (settings.playground_username, settings.playground_password.get_secret_value())
     return {
-        "server_name": settings.playground_host,
+        "server_name": host,
         "server_port": settings.playground_port,
         "auth": auth,
         "auth_message": "TritonBox playground: sign in with the login you were given.",
@@ -29,11 +29,12 @@ def launch_options(settings: PlaygroundSettings) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings = serve_settings("tritonbox-playground", __doc__, PlaygroundSettings, argv)
-    if settings is None:
+    serve = serve_settings("tritonbox-playground", __doc__, PlaygroundSettings, argv)
+    if serve is None:
         return 1
+    settings = serve.settings
     # Imported late: gradio takes seconds to import, and a bad .env should fail at once.
     from tritonbox_playground.app import create_app
 
-    create_app(settings).launch(**launch_options(settings))
+    create_app(settings).launch(**launch_options(settings, serve.host))
     return 0

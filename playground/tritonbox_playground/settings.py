@@ -16,11 +16,15 @@ from pydantic_settings import BaseSettings
 from tritonbox_common.shared_settings import (
     API_PORT,
     PLAYGROUND_PORT,
+    PUBLISH_ADDRESS,
     SERVICE_SETTINGS_CONFIG,
+    AllowOpenAccess,
     ApiKey,
     ApiPort,
     PlaygroundPort,
     PublicUrl,
+    PublishAddress,
+    refuse_open_access,
     with_derived_url,
 )
 
@@ -30,9 +34,8 @@ class PlaygroundSettings(BaseSettings):
 
     model_config = SERVICE_SETTINGS_CONFIG
 
-    playground_host: str = Field(
-        default="127.0.0.1", description="Address the playground listens on."
-    )
+    publish_address: PublishAddress = PUBLISH_ADDRESS
+    allow_open_access: AllowOpenAccess = False
     playground_port: PlaygroundPort = PLAYGROUND_PORT
     api_port: ApiPort = API_PORT
     api_url: str = Field(
@@ -82,6 +85,12 @@ class PlaygroundSettings(BaseSettings):
             raise ValueError(
                 "set both PLAYGROUND_USERNAME and PLAYGROUND_PASSWORD for a login, or neither"
             )
+        refuse_open_access(
+            service="playground",
+            address=self.publish_address,
+            guarded_by="a login" if self.playground_username is not None else None,
+            allow_open_access=self.allow_open_access,
+        )
         return self
 
     @property

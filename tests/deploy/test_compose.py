@@ -122,6 +122,29 @@ def test_only_api_and_playground_are_published(gpu: dict[str, Any], cpu: dict[st
             for name, service in model["services"].items()
         }
         assert published == {"triton": [], "api": [("8080", 8080)], "playground": [("7860", 7860)]}
+        # Closed unless opened on purpose: published on this machine's loopback only.
+        for name in ("api", "playground"):
+            (port,) = model["services"][name]["ports"]
+            assert port["host_ip"] == "127.0.0.1", name
+            assert model["services"][name]["environment"]["PUBLISH_ADDRESS"] == "127.0.0.1"
+
+
+def test_publish_address_opens_the_ports_and_reaches_the_services(project: Path) -> None:
+    model = resolved(project, env=GPU_ENV | {"PUBLISH_ADDRESS": "0.0.0.0", "API_KEY": "k"})
+    for name in ("api", "playground"):
+        assert model["services"][name]["ports"][0]["host_ip"] == "0.0.0.0"
+        # The service sees the address too, so it can refuse to start unguarded.
+        assert model["services"][name]["environment"]["PUBLISH_ADDRESS"] == "0.0.0.0"
+        assert model["services"][name]["environment"]["API_KEY"] == "k"
+
+
+def test_containers_are_hardened(gpu: dict[str, Any], cpu: dict[str, Any]) -> None:
+    for model in (gpu, cpu):
+        for name, service in model["services"].items():
+            assert service["read_only"] is True, name
+            assert service["security_opt"] == ["no-new-privileges:true"], name
+            assert service["cap_drop"] == ["ALL"], name
+            assert "/tmp" in service["tmpfs"], name
 
 
 def test_published_ports_follow_the_settings(project: Path) -> None:
@@ -156,9 +179,10 @@ def test_services_talk_to_each_other(gpu: dict[str, Any]) -> None:
     services = gpu["services"]
     assert services["triton"]["environment"]["TRITON_HOST"] == "0.0.0.0"
     assert services["api"]["environment"]["TRITON_URL"] == "triton:8001"
-    assert services["api"]["environment"]["API_HOST"] == "0.0.0.0"
     assert services["playground"]["environment"]["API_URL"] == "http://api:8080"
-    assert services["playground"]["environment"]["PLAYGROUND_HOST"] == "0.0.0.0"
+    # Links people follow use the published ports, not the containers' own.
+    assert services["api"]["environment"]["PUBLIC_URL"] == "http://127.0.0.1:8080"
+    assert services["playground"]["environment"]["PUBLIC_URL"] == "http://127.0.0.1:8080"
 
 
 def test_env_file_is_optional(project: Path) -> None:
@@ -210,7 +234,7 @@ def test_native_dotenv_values_cannot_break_the_containers(tmp_path: Path) -> Non
     # containers' env_file: what must hold inside the network wins over it.
     native = (
         "ENGINE_REPOSITORY=my-org/engine\nTRITON_HOST=127.0.0.1\nTRITON_GRPC_PORT=9001\n"
-        "MODEL_DIR=/home/me/model\nCACHE_DIR=.cache\nAPI_HOST=127.0.0.1\n"
+        "CACHE_DIR=.cache\nDATABASE_URL=postgresql+psycopg://me@localhost/db\n"
         "TRITON_URL=127.0.0.1:9001\nDATABASE_PATH=.cache/tritonbox.db\n"
     )
     project = project_copy(tmp_path, env_file=native)
@@ -218,6 +242,6 @@ def test_native_dotenv_values_cannot_break_the_containers(tmp_path: Path) -> Non
         services = resolved(project, *files)["services"]
         triton, api = services["triton"]["environment"], services["api"]["environment"]
         assert triton["TRITON_HOST"] == "0.0.0.0" and triton["TRITON_GRPC_PORT"] == "8001"
-        assert triton["MODEL_DIR"] == "" and triton["CACHE_DIR"] == "/cache"
-        assert api["TRITON_URL"] == "triton:8001" and api["API_HOST"] == "0.0.0.0"
+        assert triton["CACHE_DIR"] == "/cache"
+        assert api["TRITON_URL"] == "triton:8001" and api["DATABASE_URL"] == ""
         assert api["DATABASE_PATH"] == "/data/tritonbox.db"

@@ -67,7 +67,7 @@ def test_a_password_is_required(tmp_path: Path) -> None:
 def test_the_default_path_has_no_postgres(tmp_path: Path) -> None:
     model = resolved(project_copy(tmp_path), "compose.cpu.yaml")
     assert "postgres" not in model["services"]
-    assert "DATABASE_URL" not in model["services"]["api"]["environment"]
+    assert model["services"]["api"]["environment"]["DATABASE_URL"] == ""  # SQLite, /data
 
 
 def test_every_variable_is_a_documented_setting() -> None:

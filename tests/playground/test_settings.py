@@ -70,11 +70,11 @@ def test_a_login_needs_a_username_and_a_password() -> None:
     with pytest.raises(ValidationError, match="PLAYGROUND_USERNAME and PLAYGROUND_PASSWORD"):
         FACTORY(_env_file=None, playground_username="ann")
     settings = FACTORY(_env_file=None, playground_username="ann", playground_password="pw")
-    assert launch_options(settings)["auth"] == ("ann", "pw")
-    assert launch_options(FACTORY(_env_file=None))["auth"] is None
+    assert launch_options(settings, "127.0.0.1")["auth"] == ("ann", "pw")
+    assert launch_options(FACTORY(_env_file=None), "127.0.0.1")["auth"] is None
 
 
 def test_launch_listens_where_configured_without_server_side_rendering() -> None:
-    options = launch_options(FACTORY(_env_file=None, playground_port=7999))
+    options = launch_options(FACTORY(_env_file=None, playground_port=7999), "127.0.0.1")
     assert options["server_port"] == 7999 and options["server_name"] == "127.0.0.1"
     assert options["ssr_mode"] is False and options["share"] is False

@@ -46,7 +46,6 @@ def launch_playground(api_url: str, folder: Path, port: int, **settings: str) ->
         GRADIO_ANALYTICS_ENABLED="False",
         GRADIO_TEMP_DIR=str(folder / "gradio"),
         API_URL=api_url,
-        PLAYGROUND_HOST="127.0.0.1",
         PLAYGROUND_PORT=str(port),
     )
     env.update({key.upper(): value for key, value in settings.items()})
