@@ -10,19 +10,18 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 from tritonbox_testing.api_process import RunningApi, launch_api
+from tritonbox_testing.browser import chromium
 from tritonbox_testing.playground_process import RunningPlayground, launch_playground
 from tritonbox_testing.ports import free_port
 
-CHROMIUM = Path("/usr/bin/chromium")
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Screenshots for docs/ are written only when asked: TRITONBOX_SCREENSHOTS=1 scripts/test ...
 SCREENSHOTS = os.environ.get("TRITONBOX_SCREENSHOTS") == "1"
 # The page fills itself from the api when it opens (limits, restores, the recent list): on a
 # busy machine that takes longer than Playwright's 5 s default for expect().
 expect.set_options(timeout=30_000)
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
 @pytest.fixture(scope="session")
@@ -91,15 +90,8 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., RunningPlayground]]:
 # asyncio.run() in any later test would fail; the browser tests live in one module.
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: scripts/install installs Debian's chromium")
-    # Debian's Chromium, never a browser build that Playwright would download.
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with chromium() as running:
+        yield running
 
 
 @pytest.fixture
