@@ -21,7 +21,7 @@ class Services:
     settings: ApiSettings
     gateway: TritonGateway
     database: Database
-    engine: EngineContextLoader
+    engine_context: EngineContextLoader  # the tokenizer and limits Triton reports
     predictions: PredictionService
 
 

@@ -54,7 +54,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             settings=settings,
             gateway=gateway,
             database=database,
-            engine=EngineContextLoader(gateway, model_name=settings.model_name),
+            engine_context=EngineContextLoader(gateway, model_name=settings.model_name),
             predictions=prediction_service,
         )
         app.state.services = services

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,19 +53,13 @@ class TritonGateway:
 
     @property
     def _raw(self) -> grpcclient.InferenceServerClient:
-        return self.client._client
+        return self.client.server
 
     @property
     def client(self) -> TritonLLMClient:
         if self._client is None:
             raise RuntimeError("TritonGateway.start() was not called")
         return self._client
-
-    async def is_alive(self) -> bool:
-        try:
-            return bool(await self._raw.is_server_live(client_timeout=self.timeout_s))
-        except Exception:
-            return False
 
     async def is_ready(self) -> bool:
         """Server ready and every model of the ensemble ready."""
@@ -79,16 +72,6 @@ class TritonGateway:
         except Exception:
             return False
         return True
-
-    async def wait_ready(self, timeout_s: float) -> None:
-        """Return once is_ready(); raise TritonUnavailableError after `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
-        while not await self.is_ready():
-            if time.monotonic() >= deadline:
-                raise TritonUnavailableError(
-                    f"Triton at {self.url} was not ready after {timeout_s:.0f} s"
-                )
-            await asyncio.sleep(0.5)
 
     async def engine_info(self) -> EngineInfo:
         """The tokenizer and limits the preprocessing step enforces (one source of truth)."""

@@ -166,6 +166,11 @@ class TritonLLMClient:
     def __init__(self, url: str) -> None:
         self._client = grpcclient.InferenceServerClient(url=url)
 
+    @property
+    def server(self) -> grpcclient.InferenceServerClient:
+        """tritonclient's own client, for health and metadata calls (one connection for all)."""
+        return self._client
+
     async def close(self) -> None:
         await self._client.close()
 

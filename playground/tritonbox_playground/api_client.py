@@ -22,7 +22,7 @@ class PlaygroundError(Exception):
         self.status_code = status_code
 
 
-class Prediction(BaseModel):
+class PredictionView(BaseModel):
     """The part of the api's prediction object the playground shows."""
 
     model_config = ConfigDict(extra="ignore")
@@ -54,13 +54,15 @@ class EngineLimits(BaseModel):
 
 
 @dataclass(frozen=True)
-class Started:
+class RunStarted:
     """The api accepted the run: its prediction id (from the X-Prediction-Id header)."""
 
     id: str
 
 
-StreamEvent = Started | str | Prediction  # the id, then text pieces, then the final prediction
+StreamEvent = (
+    RunStarted | str | PredictionView
+)  # the id, then text pieces, then the final prediction
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -125,10 +127,10 @@ class ApiClient:
         except ValueError:
             raise PlaygroundError("the api answered something that is not JSON") from None
 
-    async def get(self, prediction_id: str) -> Prediction:
+    async def get(self, prediction_id: str) -> PredictionView:
         return _prediction(await self._json("GET", f"/v1/predictions/{prediction_id}"))
 
-    async def cancel(self, prediction_id: str) -> Prediction:
+    async def cancel(self, prediction_id: str) -> PredictionView:
         return _prediction(await self._json("POST", f"/v1/predictions/{prediction_id}/cancel"))
 
     async def limits(self) -> EngineLimits:
@@ -138,20 +140,20 @@ class ApiClient:
         except ValidationError:
             raise PlaygroundError("the api's limits have an unexpected shape") from None
 
-    async def list(self, *, limit: int = 20, source: str | None = None) -> list[Prediction]:
+    async def list(self, *, limit: int = 20, source: str | None = None) -> list[PredictionView]:
         params: dict[str, str | int] = {"limit": limit}
         if source:
             params["source"] = source
         body = await self._json("GET", "/v1/predictions", params=params)
         try:
-            return [Prediction.model_validate(item) for item in body["results"]]
+            return [PredictionView.model_validate(item) for item in body["results"]]
         except (KeyError, TypeError, ValidationError):
             raise PlaygroundError("the api's list of predictions has an unexpected shape") from None
 
     async def stream_prediction(
         self, generation_input: dict[str, Any]
     ) -> AsyncGenerator[StreamEvent, None]:
-        """Start a prediction and stream it: Started, text pieces, then the final Prediction.
+        """Start a prediction and stream it: RunStarted, text pieces, then the final PredictionView.
 
         Closing the iterator early closes the HTTP stream, which the api takes as a cancel.
         """
@@ -165,7 +167,7 @@ class ApiClient:
                     )
                 prediction_id = response.headers.get("x-prediction-id")
                 if prediction_id:
-                    yield Started(prediction_id)
+                    yield RunStarted(prediction_id)
                 async for event, data in _server_sent_events(response):
                     if event == "output":
                         yield data
@@ -185,9 +187,9 @@ def _loads(data: str) -> Any:
         raise PlaygroundError("the api answered something that is not JSON") from None
 
 
-def _prediction(body: Any) -> Prediction:
+def _prediction(body: Any) -> PredictionView:
     try:
-        return Prediction.model_validate(body)
+        return PredictionView.model_validate(body)
     except ValidationError:
         raise PlaygroundError("the api's prediction has an unexpected shape") from None
 

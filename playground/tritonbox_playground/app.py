@@ -15,8 +15,8 @@ from tritonbox_playground import display
 from tritonbox_playground.api_client import (
     ApiClient,
     PlaygroundError,
-    Prediction,
-    Started,
+    PredictionView,
+    RunStarted,
 )
 from tritonbox_playground.compare_app import wire_compare
 from tritonbox_playground.form import (
@@ -68,7 +68,7 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             prediction_id,
         ]
 
-        def restored(prediction: Prediction) -> list[Any]:
+        def restored(prediction: PredictionView) -> list[Any]:
             state = from_prediction(prediction)
             note = earlier_note(state.earlier)
             return [
@@ -134,7 +134,7 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
                 yield "", display.running(None), ""
                 async with contextlib.aclosing(api.stream_prediction(body)) as events:
                     async for event in events:
-                        if isinstance(event, Started):
+                        if isinstance(event, RunStarted):
                             current = event.id
                             handle.prediction_ids.append(current)
                             if handle.stop_requested:  # Stop came before the id

@@ -15,7 +15,7 @@ from typing import Any
 
 from tritonbox_common import parameters as p
 from tritonbox_playground import display
-from tritonbox_playground.api_client import ApiClient, PlaygroundError, Prediction, StreamEvent
+from tritonbox_playground.api_client import ApiClient, PlaygroundError, PredictionView, StreamEvent
 from tritonbox_playground.form import LABELS, defaults, from_prediction, text_from_words
 
 COLUMNS = ("A", "B", "C")
@@ -76,7 +76,7 @@ def _same(value: Any) -> str:
     return repr(None if value in (None, [], "") else value)
 
 
-def differences(predictions: Sequence[Prediction]) -> list[str]:
+def differences(predictions: Sequence[PredictionView]) -> list[str]:
     """For each prediction, the settings in which it differs from the others, e.g.
     "Temperature 0 · Stop words “.”" (empty when all are alike)."""
     sent = [{**prediction.input, **prediction.applied} for prediction in predictions]
@@ -92,12 +92,12 @@ def differences(predictions: Sequence[Prediction]) -> list[str]:
     ]
 
 
-def column_result(label: str, prediction: Prediction, differs: str) -> str:
+def column_result(label: str, prediction: PredictionView, differs: str) -> str:
     head = f"**Setting {label}**" + (f": {display.escape(differs)}" if differs else "")
     return f"{head}\n\n{display.outcome(prediction)}"
 
 
-def restored(predictions: Sequence[Prediction]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def restored(predictions: Sequence[PredictionView]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The shared prompt (from the first prediction) and each column's settings."""
     states = [from_prediction(prediction).values for prediction in predictions]
     shared = {name: states[0][name] for name in SHARED}

@@ -11,7 +11,7 @@ import gradio as gr
 
 from tritonbox_common import parameters as p
 from tritonbox_playground import display
-from tritonbox_playground.api_client import ApiClient, PlaygroundError, Prediction, Started
+from tritonbox_playground.api_client import ApiClient, PlaygroundError, PredictionView, RunStarted
 from tritonbox_playground.compare import (
     COLUMN_FIELDS,
     COLUMNS,
@@ -71,7 +71,7 @@ class Board:
     def outputs(self) -> list[str]:
         return [*self.texts, *self.results, self.share, self.link]
 
-    def finish(self, finals: dict[int, Prediction]) -> None:
+    def finish(self, finals: dict[int, PredictionView]) -> None:
         done = [finals[index] for index in range(self.count) if index in finals]
         if len(done) == self.count:
             for index, differs in enumerate(differences(done)):
@@ -114,12 +114,12 @@ def wire_compare(layout: CompareLayout, api: ApiClient, runs: ActiveRuns) -> Any
             return
         key = f"{session_of(request)}/compare"
         handle = runs.begin(key)
-        finals: dict[int, Prediction] = {}
+        finals: dict[int, PredictionView] = {}
         board.results[: board.count] = [display.running(None)] * board.count
         yield board.outputs()
         try:
             async for index, event in stream_together(api, bodies):
-                if isinstance(event, Started):
+                if isinstance(event, RunStarted):
                     handle.prediction_ids.append(event.id)
                     if handle.stop_requested:
                         await api.cancel(event.id)
@@ -208,11 +208,11 @@ def wire_compare(layout: CompareLayout, api: ApiClient, runs: ActiveRuns) -> Any
     return run_event
 
 
-async def open_comparison(api: ApiClient, query: str | None) -> tuple[list[Prediction], str]:
+async def open_comparison(api: ApiClient, query: str | None) -> tuple[list[PredictionView], str]:
     """The predictions of `?compare=<ids>`, and a message when some could not be opened."""
     ids = parse_ids(query)
     found = await asyncio.gather(*(api.get(i) for i in ids), return_exceptions=True)
-    predictions = [item for item in found if isinstance(item, Prediction)]
+    predictions = [item for item in found if isinstance(item, PredictionView)]
     failures = [item for item in found if isinstance(item, PlaygroundError)]
     for item in found:
         if isinstance(item, BaseException) and not isinstance(item, PlaygroundError):
@@ -220,7 +220,7 @@ async def open_comparison(api: ApiClient, query: str | None) -> tuple[list[Predi
     return predictions, "; ".join(failure.message for failure in failures)
 
 
-def comparison_values(layout: CompareLayout, predictions: list[Prediction]) -> dict[Any, Any]:
+def comparison_values(layout: CompareLayout, predictions: list[PredictionView]) -> dict[Any, Any]:
     """The tab filled with a shared comparison: prompt, each column's settings and answer."""
     shared, columns = restored(predictions)
     values: dict[Any, Any] = {layout.shared[name]: shared[name] for name in SHARED}

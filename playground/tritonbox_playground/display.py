@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 
-from tritonbox_playground.api_client import Prediction
+from tritonbox_playground.api_client import PredictionView
 from tritonbox_playground.form import text_from_words
 
 _FINISH = {
@@ -44,7 +44,7 @@ def _seconds(value: float | int | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
 
 
-def metrics(prediction: Prediction) -> str:
+def metrics(prediction: PredictionView) -> str:
     m = prediction.metrics
     rate = m.get("tokens_per_second")
     tokens = m.get("completion_tokens")
@@ -59,7 +59,7 @@ def metrics(prediction: Prediction) -> str:
     return " · ".join(parts)
 
 
-def outcome(prediction: Prediction) -> str:
+def outcome(prediction: PredictionView) -> str:
     """Status, why it ended, the permalink and the metrics of a finished prediction."""
     why = _FINISH.get(prediction.finish_reason or "", "")
     if prediction.status == "succeeded":
@@ -83,12 +83,12 @@ def _quoted(words: Sequence[str]) -> str:
     return ", ".join(f"“{escape(text_from_words([word]))}”" for word in words)
 
 
-def _words(prediction: Prediction, name: str) -> list[str]:
+def _words(prediction: PredictionView, name: str) -> list[str]:
     words = {**prediction.input, **prediction.applied}.get(name)
     return [str(word) for word in words] if isinstance(words, list) else []
 
 
-def words_notes(prediction: Prediction) -> list[str]:
+def words_notes(prediction: PredictionView) -> list[str]:
     """What the stop words and bad words did to this answer, in plain words."""
     notes = []
     stops = _words(prediction, "stop_words_list")
@@ -130,7 +130,7 @@ def _when(created_at: str | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def prompt_of(prediction: Prediction) -> str:
+def prompt_of(prediction: PredictionView) -> str:
     """The prompt, or a chat's last message from the user (what was asked)."""
     for sent in (prediction.input, prediction.applied):
         messages = sent.get("messages")
@@ -143,7 +143,7 @@ def prompt_of(prediction: Prediction) -> str:
     return ""
 
 
-def recent_row(prediction: Prediction) -> list[str]:
+def recent_row(prediction: PredictionView) -> list[str]:
     return [
         _when(prediction.created_at),
         prediction.status,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonbox_common import parameters as p
-from tritonbox_playground.api_client import EngineLimits, PlaygroundError, Prediction
+from tritonbox_playground.api_client import EngineLimits, PlaygroundError, PredictionView
 
 PROMPT_MODE, CHAT_MODE = "Prompt", "Chat"
 MODES = (PROMPT_MODE, CHAT_MODE)
@@ -204,7 +204,7 @@ def defaults() -> dict[str, Any]:
     return values
 
 
-def from_prediction(prediction: Prediction) -> Restored:
+def from_prediction(prediction: PredictionView) -> Restored:
     """The form as it was for `prediction`: every parameter as applied (the input as sent for
     predictions saved without them), so running it again asks the same."""
     source = {**prediction.input, **prediction.applied}

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from tritonbox_testing.ports import free_port
 
-from tritonbox_playground.api_client import ApiClient, PlaygroundError, Prediction, Started
+from tritonbox_playground.api_client import ApiClient, PlaygroundError, PredictionView, RunStarted
 
 PREDICTION = {
     "id": "abc",
@@ -58,9 +58,9 @@ def test_stream_yields_the_id_then_exact_pieces_then_the_prediction() -> None:
         return httpx.Response(200, content=body, headers={"X-Prediction-Id": "abc"})
 
     events = asyncio.run(collect(client(handler), {"prompt": "Hi"}))
-    assert events[0] == Started("abc")
+    assert events[0] == RunStarted("abc")
     assert events[1:3] == [" there,", "\nfriend"]  # the one space after "data:" only is dropped
-    assert isinstance(events[3], Prediction) and events[3].finish_reason == "stop_word"
+    assert isinstance(events[3], PredictionView) and events[3].finish_reason == "stop_word"
     request = seen[0]
     assert request.headers["authorization"] == "Bearer k"
     assert json.loads(request.content) == {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tritonbox_playground import display
-from tritonbox_playground.api_client import Prediction
+from tritonbox_playground.api_client import PredictionView
 from tritonbox_playground.compare import (
     COLUMN_FIELDS,
     column_defaults,
@@ -18,9 +18,9 @@ from tritonbox_playground.compare import (
 )
 
 
-def prediction(output: str = "", finish_reason: str = "stop", **applied: Any) -> Prediction:
+def prediction(output: str = "", finish_reason: str = "stop", **applied: Any) -> PredictionView:
     sent = {"prompt": "List the days: Monday,", "stop_words_list": [], "bad_words_list": []}
-    return Prediction(
+    return PredictionView(
         id=f"id-{len(output)}-{finish_reason}",
         status="succeeded",
         input={"prompt": sent["prompt"]},
@@ -97,7 +97,7 @@ def test_banned_words_are_said_next_to_the_answer() -> None:
 
 
 def test_the_recent_list_shows_what_was_asked_in_a_chat() -> None:
-    chat = Prediction(
+    chat = PredictionView(
         id="c",
         status="succeeded",
         input={"messages": [{"role": "system", "content": "Be brief."},

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tritonbox_common import parameters as p
-from tritonbox_playground.api_client import EngineLimits, PlaygroundError, Prediction
+from tritonbox_playground.api_client import EngineLimits, PlaygroundError, PredictionView
 from tritonbox_playground.form import (
     CHAT_MODE,
     FIELDS,
@@ -121,7 +121,7 @@ def test_words_escape_line_breaks_and_round_trip() -> None:
 
 
 def test_restoring_prefers_the_applied_parameters() -> None:
-    prediction = Prediction(
+    prediction = PredictionView(
         id="x",
         status="succeeded",
         input={"prompt": "Hi", "max_tokens": 9},
@@ -152,7 +152,7 @@ def test_restoring_falls_back_to_the_input_and_splits_a_chat() -> None:
         {"role": "user", "content": "C"},
     ]
     restored = from_prediction(
-        Prediction(id="x", status="failed", input={"messages": messages, "top_k": 3})
+        PredictionView(id="x", status="failed", input={"messages": messages, "top_k": 3})
     )
     assert restored.values["mode"] == CHAT_MODE
     assert restored.values["system_prompt"] == "Be brief."

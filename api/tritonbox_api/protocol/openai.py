@@ -42,17 +42,12 @@ class _OpenAIRequest(BaseModel):
 
     def _generation(self, **prompt: Any) -> GenerationInput:
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        # The OpenAI request declares every sampling parameter under the same name.
+        sampling = {q.name: getattr(self, q.name) for q in p.SAMPLING_PARAMETERS}
         return GenerationInput(
             **prompt,
+            **sampling,
             max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            repetition_penalty=self.repetition_penalty,
-            presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
-            min_tokens=self.min_tokens,
-            seed=self.seed,
             stop_words_list=stop,
             bad_words_list=self.bad_words,
         )

@@ -67,7 +67,7 @@ async def start(
     try:
         return await begin(
             params,
-            loader=services.engine,
+            loader=services.engine_context,
             predictions=services.predictions,
             max_beam_width=services.settings.max_beam_width,
             source=source,

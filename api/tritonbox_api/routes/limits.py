@@ -27,7 +27,7 @@ class Limits(BaseModel):
 async def limits(services: ServicesDep) -> Limits:
     """What this engine accepts: the bounds the api checks every request against."""
     try:
-        context = await services.engine.get()
+        context = await services.engine_context.get()
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
     return Limits(

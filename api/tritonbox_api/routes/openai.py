@@ -174,7 +174,7 @@ async def _complete(
 
 async def _check_model(services: Services, model: str) -> None:
     try:
-        served = (await services.engine.get()).model_name
+        served = (await services.engine_context.get()).model_name
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
     if model != served:
@@ -201,7 +201,7 @@ async def chat_completions(
 @router.get("/models", response_model=ModelList)
 async def models(services: ServicesDep) -> ModelList:
     try:
-        name = (await services.engine.get()).model_name
+        name = (await services.engine_context.get()).model_name
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
     return ModelList(data=[ModelCard(id=name, created=0)])

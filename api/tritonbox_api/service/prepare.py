@@ -15,17 +15,17 @@ from typing import Any
 from tritonbox_api.protocol.errors import invalid
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.engine_context import EngineContext
+from tritonbox_common import parameters as p
 from tritonbox_common.client import GenerationRequest
 from tritonbox_common.ensemble import ENGINE_MODEL
 from tritonbox_common.errors import RequestError
 from tritonbox_common.tokenization import encode_prompt
 from tritonbox_common.word_lists import encode_word_list, pack_word_ids
 
-# Prompts up to this many characters are tokenised on the event loop. Tokenising costs about
-# 25 µs plus 0.45 µs a character (SmolLM2's fast tokenizer), so 2 000 characters hold the loop
-# for about 1 ms, while handing the work to a thread and back costs 3.5-6 ms under a burst of
-# requests (the hop waits for the loop, which is busy relaying other streams): a thread only pays
-# for prompts long enough to stall every other stream noticeably.
+# Prompts up to this many characters are tokenised on the event loop: a fast tokenizer takes
+# well under the cost of handing the work to a thread and back under a burst of requests (the
+# hop waits for the loop, which is busy relaying other streams), so a thread only pays for
+# prompts long enough to stall every other stream noticeably (docs/benchmark-api-changes.md).
 INLINE_TOKENIZE_MAX_CHARS = 2_000
 
 
@@ -130,15 +130,9 @@ async def prepare(
     _check_words(context.tokenizer, "stop_words_list", stop_words)
     _check_words(context.tokenizer, "bad_words_list", bad_words)
 
+    # Every sampling parameter by its one definition; the seed is settled just below.
     sampling: dict[str, float | int | bool] = {
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "top_k": params.top_k,
-        "repetition_penalty": params.repetition_penalty,
-        "presence_penalty": params.presence_penalty,
-        "frequency_penalty": params.frequency_penalty,
-        "min_tokens": params.min_tokens,
-        "beam_width": params.beam_width,
+        q.name: getattr(params, q.name) for q in (*p.SAMPLING_PARAMETERS, p.BEAM_WIDTH)
     }
     if params.temperature == 0.0:
         # Temperature 0 means "always the most likely token" to users; engines spell it top_k 1.

@@ -218,7 +218,7 @@ def make_stack(
         factory: Any = ApiSettings  # `_env_file=None`: tests ignore a developer's .env
         app = create_app(factory(_env_file=None, **values))
         async with app.router.lifespan_context(app):
-            context = await app.state.services.engine.get()
+            context = await app.state.services.engine_context.get()
             engine.ids = [int(i) for i in context.tokenizer.encode(TEXT, add_special_tokens=False)]
             yield Stack(app=app, engine=engine, settings=app.state.services.settings)
 

@@ -262,7 +262,7 @@ def test_stop_words_cut_exactly_and_stop_the_engine(
 
 
 def engine_text(stack: Any, count: int) -> str:
-    tokenizer = stack.services.engine.loaded.tokenizer
+    tokenizer = stack.services.engine_context.loaded.tokenizer
     return str(tokenizer.decode(stack.engine.ids[:count]))
 
 
@@ -314,7 +314,7 @@ def test_prepare_sends_no_stop_words_to_the_engine(make_stack: Callable[..., Any
     async def scenario(stack: Any) -> None:
         from tritonbox_api.protocol.generation import GenerationInput
 
-        context = await stack.services.engine.get()
+        context = await stack.services.engine_context.get()
         params = GenerationInput(prompt=PROMPT, stop_words_list=["\n\n", " x "])
         prepared = await prepare(params, context, max_beam_width=1, stream=True)
         assert prepared.request.stop_words == ()
