@@ -30,7 +30,7 @@ from tritonbox_playground.form import (
 from tritonbox_playground.layout import ALL_SOURCES, build_layout, earlier_note
 from tritonbox_playground.layout_parts import named
 from tritonbox_playground.page_load import wire_page_load
-from tritonbox_playground.runs import ActiveRuns, session_of
+from tritonbox_playground.runs import ActiveRuns, session_of, stop_run
 from tritonbox_playground.settings import PlaygroundSettings
 
 RECENT_LIMIT = 20
@@ -151,17 +151,11 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
                 runs.end(session_of(request), handle)
 
         async def stop(request: gr.Request) -> None:
-            handle = runs.get(session_of(request))
-            if handle is None:
+            problems = await stop_run(runs.get(session_of(request)), api.cancel)
+            if problems is None:
                 gr.Info("Nothing is running.")
-                return
-            handle.stop_requested = True
-            # No id yet: the run cancels itself when the api tells it the id.
-            for prediction_id in handle.prediction_ids:
-                try:
-                    await api.cancel(prediction_id)
-                except PlaygroundError as failure:
-                    gr.Warning(f"Stop: {failure.message}")
+            for problem in problems or []:
+                gr.Warning(f"Stop: {problem}")
 
         def code(*values: Any) -> tuple[str, str, str]:
             try:

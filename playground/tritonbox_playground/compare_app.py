@@ -27,7 +27,7 @@ from tritonbox_playground.compare import (
 from tritonbox_playground.compare_layout import PRESETS, CompareLayout
 from tritonbox_playground.form import CHAT_MODE, generation_input, missing_prompt, plain_error
 from tritonbox_playground.layout_parts import named
-from tritonbox_playground.runs import ActiveRuns, session_of
+from tritonbox_playground.runs import ActiveRuns, session_of, stop_run
 
 # The page's own address is known only to the browser: it turns `?compare=…` into a full link.
 ABSOLUTE_LINK_JS = "(link) => link && link.startsWith('?') ? "
@@ -139,16 +139,11 @@ def wire_compare(layout: CompareLayout, api: ApiClient, runs: ActiveRuns) -> Any
             runs.end(key, handle)
 
     async def stop(request: gr.Request) -> None:
-        handle = runs.get(f"{session_of(request)}/compare")
-        if handle is None:
+        problems = await stop_run(runs.get(f"{session_of(request)}/compare"), api.cancel)
+        if problems is None:
             gr.Info("Nothing is running.")
-            return
-        handle.stop_requested = True
-        for prediction_id in handle.prediction_ids:
-            try:
-                await api.cancel(prediction_id)
-            except PlaygroundError as failure:
-                gr.Warning(f"Stop: {failure.message}")
+        for problem in problems or []:
+            gr.Warning(f"Stop: {problem}")
 
     run_event = layout.run_button.click(
         _named(run),

@@ -10,8 +10,11 @@ several predictions: Stop cancels them all.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tritonbox_playground.api_client import PlaygroundError
 
 
 @dataclass
@@ -48,3 +51,20 @@ def session_of(request: Any) -> str:
     have a session hash; a missing one shares a slot."""
     session = getattr(request, "session_hash", None) if request is not None else None
     return str(session or "anonymous")
+
+
+async def stop_run(
+    handle: RunHandle | None, cancel: Callable[[str], Awaitable[object]]
+) -> list[str] | None:
+    """Ask the api to cancel every prediction of the run: None when nothing runs, else what went
+    wrong, in the api's words. With no id yet the run cancels itself when the api names it."""
+    if handle is None:
+        return None
+    handle.stop_requested = True
+    problems: list[str] = []
+    for prediction_id in handle.prediction_ids:
+        try:
+            await cancel(prediction_id)
+        except PlaygroundError as failure:
+            problems.append(failure.message)
+    return problems
