@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from tritonbox_api.db.models import Prediction
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
@@ -32,3 +34,17 @@ IN_FLIGHT = Gauge(
     "tritonbox_requests_in_flight", "Predictions being generated now.", multiprocess_mode="livesum"
 )
 REJECTED = Counter("tritonbox_requests_rejected", "Requests refused before generation.", ["reason"])
+
+
+def observe(prediction: Prediction) -> None:
+    """Count one finished prediction and observe its timings."""
+    reason = prediction.finish_reason.value if prediction.finish_reason else "none"
+    REQUESTS.labels(prediction.status.value, prediction.source.value, reason).inc()
+    PROMPT_TOKENS.inc(prediction.prompt_tokens or 0)
+    OUTPUT_TOKENS.inc(prediction.completion_tokens or 0)
+    if prediction.time_to_first_token_s is not None:
+        TIME_TO_FIRST_TOKEN.observe(prediction.time_to_first_token_s)
+    if prediction.time_per_output_token_s is not None:
+        TIME_PER_OUTPUT_TOKEN.observe(prediction.time_per_output_token_s)
+    if prediction.total_time_s is not None:
+        E2E_LATENCY.observe(prediction.total_time_s)

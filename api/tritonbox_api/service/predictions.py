@@ -24,7 +24,7 @@ from tritonbox_api.db import crud
 from tritonbox_api.db.models import FinishReason, Prediction, Source, Status, utc_now
 from tritonbox_api.db.session import Database
 from tritonbox_api.protocol.errors import ApiError
-from tritonbox_api.service.outcome import completed_in_memory, observe
+from tritonbox_api.service.outcome import completed_in_memory
 from tritonbox_api.service.prepare import PreparedGeneration
 from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.text.decoder import IncrementalDecoder
@@ -195,7 +195,7 @@ class PredictionService:
                 final = completed_in_memory(record, values)
             self._running.pop(running.id, None)
             metrics.IN_FLIGHT.dec()
-            observe(final)
+            metrics.observe(final)
             running.end(Ended(final, outcome.retryable))
 
     async def _outcome(
