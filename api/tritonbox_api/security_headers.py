@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Iterable
 from pathlib import Path
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -57,24 +56,31 @@ def page_csp(html: str) -> str:
     )
 
 
+def _encoded(*headers: tuple[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(name.encode(), value.encode()) for name, value in headers]
+
+
 class SecurityHeadersMiddleware:
     def __init__(self, app: ASGIApp, *, page_prefix: str = "/p/") -> None:
         self.app = app
         self.page_prefix = page_prefix
-        self.page_policy = page_csp(TEMPLATE.read_text())
+        # Built once: three header sets, one picked per request.
+        self.page_headers = _encoded(
+            *COMMON_HEADERS, ("content-security-policy", page_csp(TEMPLATE.read_text()))
+        )
+        self.api_headers = _encoded(*COMMON_HEADERS, ("content-security-policy", API_CSP))
+        self.docs_headers = _encoded(*COMMON_HEADERS)
 
-    def _headers(self, path: str) -> Iterable[tuple[str, str]]:
-        yield from COMMON_HEADERS
+    def _headers(self, path: str) -> list[tuple[bytes, bytes]]:
         if path.startswith(self.page_prefix):
-            yield ("content-security-policy", self.page_policy)
-        elif path not in DOCS_PATHS:
-            yield ("content-security-policy", API_CSP)
+            return self.page_headers
+        return self.docs_headers if path in DOCS_PATHS else self.api_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        extra = [(k.encode(), v.encode()) for k, v in self._headers(scope.get("path", ""))]
+        extra = self._headers(scope.get("path", ""))
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -123,14 +123,12 @@ class ApiSettings(BaseSettings):
             "public_url",
             port_key="api_port",
             default_port=API_PORT,
-            template="http://{host}:{port}",
         )
         return with_derived_url(
             data,
             "playground_url",
             port_key="playground_port",
             default_port=PLAYGROUND_PORT,
-            template="http://{host}:{port}",
         )
 
     @model_validator(mode="after")

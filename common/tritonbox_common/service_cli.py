@@ -15,6 +15,7 @@ from typing import Generic
 from pydantic import ValidationError
 
 from tritonbox_common.env_file import EnvFileError, SettingsT, load_service_settings
+from tritonbox_common.shared_settings import PUBLISH_ADDRESS
 
 
 @dataclass(frozen=True)
@@ -46,5 +47,5 @@ def serve_settings(
     except (EnvFileError, ValidationError) as error:
         print(f"{prog} {args.command}: {error}", file=sys.stderr)
         return None
-    host = args.host or str(getattr(settings, "publish_address", "127.0.0.1"))
+    host = args.host or str(getattr(settings, "publish_address", PUBLISH_ADDRESS))
     return Serve(settings=settings, env_file=args.env_file, host=host)

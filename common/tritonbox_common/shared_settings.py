@@ -52,7 +52,12 @@ PublicUrl = Annotated[
 
 
 def with_derived_url(
-    data: Any, key: str, *, port_key: str, default_port: int, template: str
+    data: Any,
+    key: str,
+    *,
+    port_key: str,
+    default_port: int,
+    template: str = "http://{host}:{port}",
 ) -> Any:
     """Raw settings `data` with `key` filled from `template` and the port when it is unset.
 

@@ -75,7 +75,6 @@ class PlaygroundSettings(BaseSettings):
                 key,
                 port_key="api_port",
                 default_port=API_PORT,
-                template="http://{host}:{port}",
             )
         return data
 
@@ -85,6 +84,10 @@ class PlaygroundSettings(BaseSettings):
             raise ValueError(
                 "set both PLAYGROUND_USERNAME and PLAYGROUND_PASSWORD for a login, or neither"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _closed_unless_opened(self) -> Self:
         refuse_open_access(
             service="playground",
             address=self.publish_address,
