@@ -35,7 +35,7 @@ class PredictionView(BaseModel):
     output: str = ""
     error: str | None = None
     finish_reason: str | None = None
-    stop_word: str | None = None  # which stop word ended it, once the api records it
+    stop_word: str | None = None  # which stop word ended it (none on rows from before 0.2)
     metrics: dict[str, float | int | None] = {}
     urls: dict[str, str] = {}
     created_at: str | None = None

@@ -39,11 +39,11 @@ def test_a_run_is_a_playground_prediction_with_a_permalink(
     client: Client, api: httpx.Client, playground_api: RunningApi
 ) -> None:
     job = client.submit(
-        prompt=PROMPT, max_tokens=12, temperature=0, stop_words_list=".", api_name="/run"
+        prompt=PROMPT, max_tokens=12, temperature=0, stop_words_list="zebra\n.", api_name="/run"
     )
     answer, result, prediction_id = job.result(timeout=120)
     assert "Paris" in answer and "." not in answer
-    assert "Done" in result and "stop word" in result
+    assert "Done" in result and "Ended by the stop word “.”" in result  # which of the two
     assert f"{playground_api.url}/p/{prediction_id}" in result
     assert "time to first token" in result and "tokens/s" in result
     # It streamed: the answer grew piece by piece before the final result.
@@ -53,7 +53,7 @@ def test_a_run_is_a_playground_prediction_with_a_permalink(
     saved = api.get(f"/v1/predictions/{prediction_id}").json()
     assert saved["source"] == "playground" and saved["status"] == "succeeded"
     assert saved["finish_reason"] == "stop_word" and saved["output"] == answer
-    assert saved["input"]["stop_words_list"] == ["."]
+    assert saved["stop_word"] == "." and saved["input"]["stop_words_list"] == ["zebra", "."]
 
 
 def test_open_prediction_restores_the_form_and_the_answer(client: Client) -> None:

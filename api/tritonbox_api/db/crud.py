@@ -92,6 +92,7 @@ def complete_prediction(
     completion_tokens: int,
     time_to_first_token_s: float | None,
     total_time_s: float,
+    stop_word: str | None = None,
 ) -> Prediction:
     """Record how a prediction ended, with its derived metrics.
 
@@ -113,6 +114,7 @@ def complete_prediction(
             status=status,
             output=output,
             finish_reason=finish_reason,
+            stop_word=stop_word,
             error=error,
             completion_tokens=completion_tokens,
             time_to_first_token_s=time_to_first_token_s,

@@ -65,6 +65,9 @@ class Prediction(SQLModel, table=True):
     output: str = ""
     error: str | None = None
     finish_reason: FinishReason | None = Field(default=None, sa_type=_stored_by_value(FinishReason))
+    # Which of the request's stop words ended it (finish_reason `stop_word`): cut from `output`,
+    # so it stood right after the output's last character.
+    stop_word: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     time_to_first_token_s: float | None = None

@@ -24,6 +24,14 @@ from tritonbox_common import snippets
 _PROMPT_KEYS = ("prompt", "messages", "engine_prompt")
 
 
+def _finish_reason(prediction: Prediction) -> str:
+    if prediction.finish_reason is None:
+        return "–"
+    if prediction.stop_word is not None:  # json.dumps: quoted, with whitespace made visible
+        return f"{prediction.finish_reason.value} {json.dumps(prediction.stop_word)}"
+    return prediction.finish_reason.value
+
+
 @functools.cache
 def _environment() -> Environment:
     return Environment(
@@ -109,7 +117,7 @@ def render_permalink(
         ("Time per output token", _milliseconds(prediction.time_per_output_token_s)),
         ("Total time", _seconds(prediction.total_time_s)),
         ("Tokens per second", _number(prediction.tokens_per_second, 1)),
-        ("Finish reason", prediction.finish_reason.value if prediction.finish_reason else "–"),
+        ("Finish reason", _finish_reason(prediction)),
     ]
     return (
         _environment()

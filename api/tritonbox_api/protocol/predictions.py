@@ -53,6 +53,10 @@ class PredictionOut(BaseModel):
     output: str
     error: str | None
     finish_reason: FinishReason | None
+    stop_word: str | None = Field(
+        description="The stop word that ended the output (finish_reason `stop_word`); it is cut "
+        "from `output` and stood right after its last character."
+    )
     metrics: PredictionMetrics
     created_at: datetime
     started_at: datetime | None
@@ -94,6 +98,7 @@ def prediction_out(row: Prediction, *, public_url: str, playground_url: str) -> 
         output=row.output,
         error=row.error,
         finish_reason=row.finish_reason,
+        stop_word=row.stop_word,
         metrics=PredictionMetrics(
             prompt_tokens=row.prompt_tokens,
             completion_tokens=row.completion_tokens,

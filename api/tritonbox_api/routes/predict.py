@@ -50,6 +50,7 @@ async def predict(body: PredictRequest, request: Request, services: ServicesDep)
         "output": prediction.output,
         "status": prediction.status.value,
         "finish_reason": prediction.finish_reason.value if prediction.finish_reason else None,
+        "stop_word": prediction.stop_word,
         "error": prediction.error,
         "usage": {
             "prompt_tokens": prediction.prompt_tokens,

@@ -65,6 +65,7 @@ class _Progress:
     completion_tokens: int = 0
     time_to_first_token_s: float | None = None
     finish_reason: FinishReason | None = None
+    stop_word: str | None = None  # the stop word that ended it, when one did
     engine_opened: bool = False  # the request was sent to the engine
     engine_finished: bool = False  # the engine ended the request itself (nothing to stop)
 
@@ -248,11 +249,13 @@ class PredictionService:
                     # The api's exact-text match is the one rule for stop words: the producer
                     # stops the engine's request once this stream is closed.
                     progress.finish_reason = FinishReason.STOP_WORD
+                    progress.stop_word = matcher.matched
                     return
         emit(matcher.push(decoder.flush()))
         emit(matcher.flush())
         if matcher.stopped:
             progress.finish_reason = FinishReason.STOP_WORD
+            progress.stop_word = matcher.matched
         elif progress.completion_tokens >= request.max_tokens:
             progress.finish_reason = FinishReason.LENGTH
         else:
@@ -267,6 +270,7 @@ class PredictionService:
             status=outcome.status,
             output="".join(progress.output),
             finish_reason=progress.finish_reason,
+            stop_word=progress.stop_word,
             error=outcome.error,
             completion_tokens=progress.completion_tokens,
             time_to_first_token_s=progress.time_to_first_token_s,

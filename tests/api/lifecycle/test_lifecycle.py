@@ -237,16 +237,21 @@ def test_shutdown_cancels_and_stops_everything(
 
 
 @pytest.mark.parametrize(
-    ("stop", "output", "reason"),
+    ("stop", "output", "reason", "matched"),
     [
-        (["\nParis"], None, "length"),  # the text never holds "\nParis": nothing is cut
-        (["Paris\n"], None, "length"),
-        ([".\n\n"], " Paris", "stop_word"),
-        (["Paris"], " ", "stop_word"),
+        (["\nParis"], None, "length", None),  # the text never holds "\nParis": nothing is cut
+        (["Paris\n"], None, "length", None),
+        ([".\n\n"], " Paris", "stop_word", ".\n\n"),
+        (["Paris"], " ", "stop_word", "Paris"),
+        (["zebra", ".\n\n", "Paris"], " ", "stop_word", "Paris"),  # the first in the text
     ],
 )
 def test_stop_words_cut_exactly_and_stop_the_engine(
-    make_stack: Callable[..., Any], stop: list[str], output: str | None, reason: str
+    make_stack: Callable[..., Any],
+    stop: list[str],
+    output: str | None,
+    reason: str,
+    matched: str | None,
 ) -> None:
     async def scenario(stack: Any) -> None:
         engine = stack.engine
@@ -255,6 +260,7 @@ def test_stop_words_cut_exactly_and_stop_the_engine(
         answer = (await stack.call("POST", "/predict", body).finish()).json()
         assert answer["output"] == (output if output is not None else engine_text(stack, count))
         assert answer["finish_reason"] == reason
+        assert answer["stop_word"] == matched  # which one: the output alone cannot say
         assert engine.started[0].stop_words == ()  # the api's exact text decides, alone
         assert engine.stops == ([] if reason == "length" else [engine.started[0].request_id])
 

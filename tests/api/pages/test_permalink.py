@@ -82,6 +82,12 @@ def test_shows_the_prediction() -> None:
     assert 'http-equiv="refresh"' not in html  # a finished prediction does not reload
 
 
+def test_names_the_stop_word_that_ended_it_escaped() -> None:
+    html = _render(_prediction(finish_reason=FinishReason.STOP_WORD, stop_word=f"\n{SCRIPT}"))
+    assert "stop_word &#34;\\n&lt;script&gt;alert(1)&lt;/script&gt;&#34;" in html
+    assert SCRIPT not in html
+
+
 def test_running_prediction() -> None:
     html = _render(_prediction(status=Status.PROCESSING, output="Why", finish_reason=None))
     assert 'class="badge processing">processing<' in html
