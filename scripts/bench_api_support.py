@@ -1,4 +1,5 @@
-"""scripts/bench_api.py's bookkeeping: batches, the processes' CPU time and the Markdown report."""
+"""scripts/bench_api.py's bookkeeping: batches and the Markdown report (the CPU accounting is
+scripts/bench_proc.py)."""
 
 from __future__ import annotations
 
@@ -44,37 +45,6 @@ class Batch:
         cpu = " / ".join(f"{self.cpu_s[k]:.1f}" for k in (*OURS, "machine"))
         return (f"c={self.concurrency:<3} {self.path:<28} #{self.repeat}: {self.tok_s:7.1f} tok/s, "
                 f"TTFT p50 {ttft:6.1f} ms, CPU s triton/api/client/machine {cpu}")  # fmt: skip
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of these processes (their threads included) so far."""
-    ticks = 0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def machine_cpu_seconds() -> float:
-    """Busy CPU time of the whole machine so far (/proc/stat: all but idle and iowait)."""
-    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def process_group_of(marker: bytes) -> list[int]:
-    """The pids of the process group led by the process whose command line holds `marker`
-    (tritonserver runs in its own group, with its Python-backend stubs)."""
-    groups: dict[int, list[int]] = {}
-    leader = -1
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                groups.setdefault(int(fields[2]), []).append(int(entry.name))
-                if marker in (entry / "cmdline").read_bytes().split(b"\0"):
-                    leader = int(entry.name)
-    return groups.get(leader, [])
 
 
 def _cpu_model() -> str:

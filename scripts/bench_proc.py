@@ -1,0 +1,90 @@
+"""The benchmarks' CPU accounting from /proc: a set of processes' CPU time, the whole machine's,
+and which processes make up a server (a process group, or a process and its descendants)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def _stat(pid: int | str) -> list[str]:
+    # The fields after the command name, which may itself hold spaces and parentheses.
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """utime + stime of each of these processes (their threads included) so far, in seconds;
+    processes that are gone are left out."""
+    found = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = _stat(pid)
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of these processes (their threads included) so far."""
+    return sum(cpu_by_pid(pids).values())
+
+
+def cpu_since(before: dict[int, float], pids: list[int]) -> float:
+    """CPU seconds spent since `before` (cpu_by_pid then) by `pids` (listed now): a process
+    started meanwhile (a new PostgreSQL backend, a restarted worker) counts in full."""
+    return sum(t - before.get(pid, 0.0) for pid, t in cpu_by_pid(pids).items())
+
+
+def machine_cpu_seconds() -> float:
+    """Busy CPU time of the whole machine so far (/proc/stat: all but idle and iowait)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process now."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = _stat(entry.name)
+                found[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return found
+
+
+def process_group_of(marker: bytes) -> list[int]:
+    """The pids of the process group led by the process whose command line holds `marker`
+    (tritonserver runs in its own group, with its Python-backend stubs)."""
+    leader = -1
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker in (entry / "cmdline").read_bytes().split(b"\0"):
+                    leader = int(entry.name)
+    return [pid for pid, (_, group) in _processes().items() if group == leader]
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every process descended from it now (uvicorn's supervisor and its workers,
+    PostgreSQL's postmaster and its backends)."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in _processes().items():
+        children.setdefault(parent, []).append(pid)
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def server_listening_on(port: int, program: bytes) -> int:
+    """The pid of the `program` process whose command line names `-p PORT` (a PostgreSQL
+    postmaster started by pg_ctl, which daemonises it out of our process tree)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if argv[0].endswith(b"/" + program) and str(port).encode() in argv:
+                    return int(entry.name)
+    raise LookupError(f"no {program.decode()} process on port {port}")
