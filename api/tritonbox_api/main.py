@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -50,17 +51,20 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         if interrupted:
             log.warning("marked %d interrupted prediction(s) as failed", interrupted)
         gateway.start()
+        engine_context = EngineContextLoader(gateway, model_name=settings.model_name)
+        warm_up = asyncio.create_task(engine_context.warm_up())
         services = Services(
             settings=settings,
             gateway=gateway,
             database=database,
-            engine_context=EngineContextLoader(gateway, model_name=settings.model_name),
+            engine_context=engine_context,
             predictions=prediction_service,
         )
         app.state.services = services
         try:
             yield
         finally:
+            warm_up.cancel()
             await services.predictions.cancel_all()
             await presence.stop()
             await gateway.stop()

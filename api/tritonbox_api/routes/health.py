@@ -20,14 +20,17 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(services: ServicesDep) -> Response:
-    """Ready when Triton is live and ready and the database is writable."""
+    """Ready when Triton is live and ready, the database is writable and this process has the
+    engine's tokenizer (loaded in the background from its start)."""
     triton = await services.gateway.is_ready()
     database = await services.database.check_writable()
-    ready = triton and database
+    engine = services.engine_context.loaded is not None
+    ready = triton and database and engine
     body = {
         "status": "ready" if ready else "not ready",
         "triton": "ready" if triton else "not ready",
         "database": "writable" if database else "not writable",
+        "tokenizer": "loaded" if engine else "loading",
     }
     return JSONResponse(body, status_code=200 if ready else 503,
                         headers={} if ready else {"Retry-After": "5"})  # fmt: skip

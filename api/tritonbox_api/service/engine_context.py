@@ -1,17 +1,24 @@
 """The serving engine's tokenizer and limits, fetched from Triton once it is reachable.
 
 The api may start before Triton (compose starts them together, and Triton can restart under a
-running api): the context loads on first use and is retried by later requests until it works.
+running api). Each api process loads the context in the background from its start (`warm_up`),
+retrying until Triton answers, so that its first request does not wait for the tokenizer (seconds
+of a busy core, during which the worker's event loop answers nothing else, a cancel included);
+a request that comes first loads it itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from tritonbox_api.triton_gateway import EngineInfo, TritonGateway
+from tritonbox_api.triton_gateway import EngineInfo, TritonGateway, TritonUnavailableError
 from tritonbox_common.tokenization import TokenIds, default_token_ids, load_tokenizer
+
+log = logging.getLogger(__name__)
+WARM_UP_RETRY_S = (0.5, 5.0)  # the first retry's wait, doubled up to the second
 
 
 @dataclass(frozen=True)
@@ -48,3 +55,18 @@ class EngineContextLoader:
                     info=info, tokenizer=tokenizer, model_name=name, token_ids=token_ids
                 )
         return self._context
+
+    async def warm_up(self) -> None:
+        """Load the context as soon as Triton answers; runs until loaded (or cancelled)."""
+        wait, longest = WARM_UP_RETRY_S
+        while self._context is None:
+            try:
+                await self.get()
+            except TritonUnavailableError:
+                pass  # Triton is starting: the usual case at a compose start
+            except Exception:  # e.g. a tokenizer folder not there yet: requests will say why
+                log.exception("could not load the engine's tokenizer yet; retrying")
+            else:
+                return
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, longest)

@@ -12,7 +12,12 @@ def test_health_and_readiness(api: httpx.Client) -> None:
     assert api.get("/healthz").json() == {"status": "ok"}
     ready = api.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "triton": "ready", "database": "writable"}
+    assert ready.json() == {
+        "status": "ready",
+        "triton": "ready",
+        "database": "writable",
+        "tokenizer": "loaded",  # loaded from the start, before any request needed it
+    }
 
 
 def test_metrics_count_predictions(api: httpx.Client) -> None:
