@@ -24,6 +24,11 @@ class Measured:
     cold_s: float = 0.0
     warm_s: float = 0.0
     total_s: float = 0.0
+    # The PostgreSQL phase (compose.postgres.yaml, API_WORKERS=4; scripts/compose_postgres.py).
+    postgres_image: str = "?"
+    postgres_up_s: float = 0.0
+    postgres_s: float = 0.0
+    postgres_memory: dict[str, str] = field(default_factory=dict)
 
     def set(self, name: str, seconds: float) -> str:
         setattr(self, name, seconds)
@@ -36,6 +41,8 @@ class Measured:
             f"builds: {builds or '-'}\nimages: {sizes or '-'}\n"
             f"start to healthy: cold {self.cold_s:.0f} s, warm {self.warm_s:.0f} s\n"
             f"memory: {', '.join(f'{s} {m}' for s, m in self.memory.items()) or '-'}\n"
+            f"PostgreSQL phase: {self.postgres_s:.0f} s (up {self.postgres_up_s:.0f} s), "
+            f"{self.postgres_image}; memory: {_listed(self.postgres_memory)}\n"
             f"scripts/test_compose wall time: {self.total_s:.0f} s"
         )
 
@@ -62,6 +69,10 @@ def table(m: Measured) -> str:
             f"Start to healthy (`up --wait`, all three services): cold {m.cold_s:.0f} s "
             f"(first start: the default model is prepared into the cache volume), warm "
             f"{m.warm_s:.0f} s (`down` then `up`, volumes kept). Whole test: {m.total_s:.0f} s.",
+            f"With `compose.postgres.yaml` and `API_WORKERS=4` on top (the same images, PostgreSQL "
+            f"added): start to healthy {m.postgres_up_s:.0f} s, the whole phase "
+            f"{m.postgres_s:.0f} s, memory {_listed(m.postgres_memory)}; "
+            f"PostgreSQL image: {m.postgres_image}.",
             "Build times are those of this run: with Docker's layer cache from an earlier run "
             "they are seconds, without it (a fresh engine) the dependency stages dominate.",
             END,
@@ -70,6 +81,10 @@ def table(m: Measured) -> str:
 
 
 _SERVICES = ("triton", "api", "playground")
+
+
+def _listed(memory: dict[str, str]) -> str:
+    return ", ".join(f"{s} {m}" for s, m in memory.items()) or "-"
 
 
 def write_benchmark(m: Measured, doc: Path) -> None:

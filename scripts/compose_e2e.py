@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -22,13 +19,22 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parent.parent
 # The helpers as `scripts.…` (as mypy names them); the repo root only for these imports, since
 # its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1).
-sys.path.append(str(REPO))
-from scripts.compose_benchmark import Measured, write_benchmark  # noqa: E402
-from scripts.docker_build_env import bridge_gateway, serving  # noqa: E402
-from scripts.docker_engine import (  # noqa: E402
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+from scripts.compose_benchmark import Measured, write_benchmark
+from scripts.compose_postgres import postgres_overlay, postgres_phase
+from scripts.compose_stack import (
+    REPO,
+    Checks,
+    Stack,
+    found,
+    page,
+    predict,
+    stored,
+)
+from scripts.docker_build_env import bridge_gateway, serving
+from scripts.docker_engine import (
     Engine,
     base_image,
     compose_environment,
@@ -36,88 +42,7 @@ from scripts.docker_engine import (  # noqa: E402
     dockerfile_default,
 )
 
-PROJECT = "tritonbox-e2e"
-COMPOSE_FILE = "compose.cpu.yaml"
 SERVICES = ("triton", "api", "playground")
-PROMPT = "The capital of France is"
-
-
-class Checks:
-    def __init__(self) -> None:
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name: str, step: Callable[[], object]) -> bool:
-        try:
-            detail = step()
-        except Exception as error:  # a failed check is reported, the run goes on
-            self.failed += 1
-            print(f"FAIL {name}: {type(error).__name__}: {error}", flush=True)
-            return False
-        self.passed += 1
-        print(f"ok   {name}" + (f": {detail}" if detail else ""), flush=True)
-        return True
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Stack:
-    """`docker compose -f compose.cpu.yaml -p tritonbox-e2e ...` with the test's environment."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.api_port, self.playground_port = free_port(), free_port()
-        # Published where compose publishes by default (PUBLISH_ADDRESS=127.0.0.1); a key the
-        # test then looks for where secrets must never be (command lines, logs, the page).
-        self.key = secrets.token_urlsafe(24)
-        self.env = env | {
-            "API_PORT": str(self.api_port),
-            "PLAYGROUND_PORT": str(self.playground_port),
-            "API_KEY": self.key,
-        }
-        self.auth = {"Authorization": f"Bearer {self.key}"}
-        self.api = f"http://127.0.0.1:{self.api_port}"
-        self.playground = f"http://127.0.0.1:{self.playground_port}"
-
-    def compose(self, *args: str, timeout: float = 1200, env: dict[str, str] | None = None) -> str:
-        command = ["docker", "compose", "-f", COMPOSE_FILE, "-p", PROJECT, *args]
-        result = subprocess.run(
-            command, cwd=REPO, env=env or self.env, capture_output=True, text=True, timeout=timeout
-        )
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"{' '.join(command[1:])}:\n{(result.stdout + result.stderr)[-3000:]}"
-            )
-        return result.stdout + result.stderr
-
-    def up(self) -> float:
-        """Seconds from `up` to every service healthy."""
-        start = time.monotonic()
-        self.compose("up", "--detach", "--wait", "--wait-timeout", "1200", "--no-build")
-        return time.monotonic() - start
-
-    def memory(self) -> dict[str, str]:
-        ids = self.compose("ps", "--quiet").split()
-        out = docker("stats", "--no-stream", "--format", "{{.Name}}\t{{.MemUsage}}", *ids)
-        usage = {}
-        for line in out.splitlines():
-            name, used = line.split("\t")
-            service = next(s for s in SERVICES if f"-{s}-" in name)
-            usage[service] = used.split(" / ")[0]
-        return usage
-
-
-def predict(stack: Stack) -> str:
-    # Greedy: the default model's next two tokens are " Paris" and "." (then a newline).
-    body = {"prompt": PROMPT, "max_tokens": 2, "temperature": 0, "stream": False}
-    answer = httpx.post(f"{stack.api}/predict", json=body, headers=stack.auth, timeout=120).json()
-    assert answer["output"] == " Paris.", answer
-    assert answer["status"] == "succeeded", answer
-    return str(answer["id"])
 
 
 def stream_chat(stack: Stack) -> str:
@@ -142,17 +67,10 @@ def stream_chat(stack: Stack) -> str:
     return f"{len(chunks)} chunks: {text!r}"
 
 
-def stored(stack: Stack, prediction_id: str) -> str:
-    got = httpx.get(f"{stack.api}/v1/predictions/{prediction_id}", timeout=30).json()
-    assert got["output"] == " Paris.", got
-    return prediction_id
-
-
 def closed_by_default(stack: Stack) -> str:
     """Published on loopback only, and the api refuses callers without the key."""
     for service in ("api", "playground"):
-        (container,) = stack.compose("ps", "--quiet", service).split()
-        bindings = docker("port", container).split()
+        bindings = docker("port", stack.container(service)).split()
         addresses = {b.rsplit(":", 1)[0] for b in bindings if ":" in b}
         assert addresses == {"127.0.0.1"}, (service, bindings)
     refused = httpx.post(f"{stack.api}/predict", json={"prompt": "Hi"}, timeout=30)
@@ -161,22 +79,11 @@ def closed_by_default(stack: Stack) -> str:
 
 
 def secrets_stay_hidden(stack: Stack) -> str:
-    """The key is in no command line `docker inspect` shows, no log, and not in the page."""
-    for container in stack.compose("ps", "--quiet").split():
-        shown = docker(
-            "inspect", "-f", "{{.Path}} {{.Args}} {{.Config.Cmd}} {{.Config.Entrypoint}}", container
-        )
-        assert stack.key not in shown, container
-    assert stack.key not in stack.compose("logs")
+    """The key is in no command line (`docker inspect`, `docker top`), no log, not in the page."""
+    stack.secret_hidden(stack.key)
     for path in ("/", "/config"):
         assert stack.key not in httpx.get(f"{stack.playground}{path}", timeout=60).text, path
     return "not in command lines, logs or the playground page"
-
-
-def page(url: str, needle: str) -> str:
-    response = httpx.get(url, timeout=60)
-    assert response.status_code == 200 and needle in response.text, response.status_code
-    return f"{url} 200"
 
 
 def run(checks: Checks, measured: Measured) -> None:
@@ -193,16 +100,20 @@ def run(checks: Checks, measured: Measured) -> None:
             measured.base = f"{note}, {size:.0f} MB"
             print(measured.base, flush=True)
         stack = Stack(env)
-        stack.compose("down", "--volumes", "--remove-orphans")  # leftovers of a failed run
-        try:
-            exercise(checks, measured, stack)
-        finally:
-            checks.check("down -v", lambda: stack.compose("down", "--volumes") and None)
+        with postgres_overlay(stack) as overlaid:
+            # Leftovers of a failed run, PostgreSQL's volume included (its password was another).
+            overlaid.compose("down", "--volumes", "--remove-orphans")
+            try:
+                if exercise(checks, measured, stack):
+                    postgres_phase(checks, measured, overlaid)
+            finally:
+                checks.check("down -v", lambda: overlaid.compose("down", "--volumes") and None)
     finally:
         engine.stop()
 
 
-def exercise(checks: Checks, measured: Measured, stack: Stack) -> None:
+def exercise(checks: Checks, measured: Measured, stack: Stack) -> bool:
+    """The default CPU stack; True once it came up (the PostgreSQL phase goes on from there)."""
     with serving(bridge_gateway()) as index:
         if index:
             print("package index for the builds: " + ", ".join(sorted(index)), flush=True)
@@ -211,7 +122,7 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> None:
         for service in SERVICES:
             start = time.monotonic()
             if not checks.check(f"build {service}", _builder(stack, service, index)):
-                return
+                return False
             measured.build_s[service] = time.monotonic() - start
     for service in SERVICES:
         image = stack.compose("config", "--images").split()
@@ -224,9 +135,9 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> None:
     )
     if not checks.check("up (cold): all healthy", lambda: measured.set("cold_s", stack.up())):
         print(stack.compose("logs", "--tail", "60"), flush=True)
-        return
+        return False
     checks.check(
-        "triton prepared the model", lambda: _in("prepared the default model", _logs(stack))
+        "triton prepared the model", lambda: found("prepared the default model", _logs(stack))
     )
     checks.check("/readyz", lambda: page(f"{stack.api}/readyz", '"ready"'))
     ids: list[str] = []
@@ -237,18 +148,19 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> None:
     checks.check("playground page", lambda: page(f"{stack.playground}/", "gradio"))
     checks.check("closed by default", lambda: closed_by_default(stack))
     checks.check("secrets stay hidden", lambda: secrets_stay_hidden(stack))
-    measured.memory = stack.memory()
+    measured.memory = stack.memory(SERVICES)
     print("memory: " + ", ".join(f"{s} {m}" for s, m in measured.memory.items()), flush=True)
     checks.check("restart api", lambda: stack.compose("restart", "api") and stack.up() and None)
     if ids:
         checks.check("prediction kept across restart", lambda: stored(stack, ids[0]))
     checks.check("down (volumes kept)", lambda: stack.compose("down") and None)
     checks.check("up (warm): all healthy", lambda: measured.set("warm_s", stack.up()))
-    checks.check("model reused", lambda: _in("default model already prepared", _logs(stack)))
+    checks.check("model reused", lambda: found("default model already prepared", _logs(stack)))
     if ids:
         checks.check("prediction kept across down/up", lambda: stored(stack, ids[0]))
     checks.check("/predict greedy after down/up", lambda: predict(stack) and None)
     checks.check("warm start measurably faster", lambda: _faster(measured))
+    return True
 
 
 def _builder(stack: Stack, service: str, index: dict[str, str]) -> Callable[[], object]:
@@ -262,15 +174,6 @@ def _record(ids: list[str], prediction_id: str) -> str:
 
 def _logs(stack: Stack) -> str:
     return stack.compose("logs", "triton")
-
-
-def _in(needle: str, text: str) -> str:
-    assert needle in text, f"{needle!r} not in the log"
-    return needle
-
-
-def _no(why: str) -> bool:
-    raise AssertionError(why)
 
 
 def _faster(m: Measured) -> str:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-STANDIN_MARK = "tritonbox stand-in"  # the comment docker_standin_base gives its image
+STANDIN_MARK = "tritonbox stand-in"  # in what the docker_standin_* scripts write on their images
 
 
 def docker(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> str:
@@ -78,20 +78,25 @@ def dockerfile_default(dockerfile: str, argument: str) -> str:
     return match.group(1)
 
 
-def base_image(image: str) -> str:
-    """Make `image` available: as is, pulled, or a stand-in built from the Debian archive."""
+def base_image(image: str, standin: str = "scripts/docker_standin_base") -> str:
+    """Make `image` available: as is, pulled, or a stand-in built from the Debian archive by
+    `standin` (a script of this repository taking the tag)."""
     try:
-        comment = docker("image", "inspect", "--format", "{{.Comment}}", image).strip()
+        # The Python stand-in is marked in its import comment, PostgreSQL's in its label.
+        marks = docker(
+            "image", "inspect", "--format", "{{.Comment}} {{json .Config.Labels}}", image
+        ).strip()
     except RuntimeError:
-        comment = None
-    if comment is not None:
-        return f"{image}: STAND-IN (cached)" if STANDIN_MARK in comment else f"{image}: present"
+        marks = None
+    if marks is not None:
+        return f"{image}: STAND-IN (cached)" if STANDIN_MARK in marks else f"{image}: present"
     try:
         docker("pull", image, timeout=300)
         return f"{image}: pulled"
     except (RuntimeError, subprocess.TimeoutExpired) as error:
         reason = str(error).splitlines()[0][:160]
-    subprocess.run([str(REPO / "scripts/docker_standin_base"), image], check=True, timeout=1800)
+    print(f"{image}: cannot be pulled; building a STAND-IN with {standin}", flush=True)
+    subprocess.run([str(REPO / standin), image], check=True, timeout=1800)
     return f"{image}: STAND-IN built from the Debian archive (pull failed: {reason})"
 
 
