@@ -86,9 +86,10 @@ async def measure(
                     before = {k: cpu_seconds(v) for k, v in processes.items()}
                     client_before, machine_before = sum(os.times()[:2]), machine_cpu_seconds()
                     wall, samples = await batch(runs[path], concurrency, requests, args.tokens)
+                    machine = machine_cpu_seconds() - machine_before  # the same window as `wall`
                     cpu = {k: cpu_seconds(v) - before[k] for k, v in processes.items()}
                     cpu["client"] = sum(os.times()[:2]) - client_before
-                    cpu["machine"] = machine_cpu_seconds() - machine_before
+                    cpu["machine"] = machine
                     batches.append(Batch(path, concurrency, rep, wall, samples, cpu))
                     print(batches[-1].line(), file=sys.stderr, flush=True)
     finally:

@@ -161,7 +161,8 @@ def report(
     out += _targets(s, concurrencies)
     out += [
         "History: [benchmark-api-changes.md](benchmark-api-changes.md) records what made the "
-        "proxy cheaper and the runs before and after it.",
+        "proxy cheaper and the runs before and after it. Several api workers and PostgreSQL: "
+        "[benchmark-workers.md](benchmark-workers.md) (`scripts/bench_workers.py`).",
         "",
     ]
     out += _two_cores(s, max(concurrencies), args.interval)

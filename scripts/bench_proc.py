@@ -41,7 +41,7 @@ def machine_cpu_seconds() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def _processes() -> dict[int, tuple[int, int]]:
+def processes_now() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, process group) of every process now."""
     found = {}
     for entry in Path("/proc").iterdir():
@@ -61,14 +61,14 @@ def process_group_of(marker: bytes) -> list[int]:
             with contextlib.suppress(OSError):
                 if marker in (entry / "cmdline").read_bytes().split(b"\0"):
                     leader = int(entry.name)
-    return [pid for pid, (_, group) in _processes().items() if group == leader]
+    return [pid for pid, (_, group) in processes_now().items() if group == leader]
 
 
-def process_tree(root: int) -> list[int]:
+def process_tree(root: int, table: dict[int, tuple[int, int]] | None = None) -> list[int]:
     """`root` and every process descended from it now (uvicorn's supervisor and its workers,
-    PostgreSQL's postmaster and its backends)."""
+    PostgreSQL's postmaster and its backends); `table`: processes_now() if already read."""
     children: dict[int, list[int]] = {}
-    for pid, (parent, _) in _processes().items():
+    for pid, (parent, _) in (processes_now() if table is None else table).items():
         children.setdefault(parent, []).append(pid)
     tree, todo = [], [root]
     while todo:

@@ -44,6 +44,7 @@ from scripts.bench_proc import (  # noqa: E402
     machine_cpu_seconds,
     process_group_of,
     process_tree,
+    processes_now,
     server_listening_on,
 )
 from scripts.bench_servers import start_api, start_triton  # noqa: E402
@@ -106,10 +107,11 @@ async def measure(
 
     def processes(path: str) -> dict[str, list[int]]:
         """Our processes now: Triton's, the measured api's tree, PostgreSQL's, every api's."""
-        trees = {name: process_tree(pid) for name, pid in roots.items()}
+        table = processes_now()  # one walk of /proc for every tree
+        trees = {name: process_tree(pid, table) for name, pid in roots.items()}
         return {
             "triton": triton_pids, "api": trees.get(path, []),
-            "db": process_tree(db_root) if db_root else [],
+            "db": process_tree(db_root, table) if db_root else [],
             "all_apis": [pid for tree in trees.values() for pid in tree],
         }  # fmt: skip
 
@@ -127,9 +129,11 @@ async def measure(
                     before = {k: cpu_by_pid(v) for k, v in processes(path).items()}
                     client_before, machine_before = sum(os.times()[:2]), machine_cpu_seconds()
                     wall, samples = await batch(runs[path], concurrency, requests, args.tokens)
+                    # The machine's and the client's clocks first: the same window as `wall`.
+                    machine = machine_cpu_seconds() - machine_before
+                    client = sum(os.times()[:2]) - client_before
                     cpu = {k: cpu_since(before[k], v) for k, v in processes(path).items()}
-                    cpu["client"] = sum(os.times()[:2]) - client_before
-                    cpu["machine"] = machine_cpu_seconds() - machine_before
+                    cpu |= {"client": client, "machine": machine}
                     batches.append(Batch(path, concurrency, rep, wall, samples, cpu))
                     print(batch_line(batches[-1]), file=sys.stderr, flush=True)
     finally:
@@ -154,12 +158,17 @@ def main() -> int:
     parser.add_argument(
         "--databases", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"]
     )
-    parser.add_argument("--waves", type=int, default=2, help="requests per batch: concurrency ×")
+    parser.add_argument("--waves", type=int, default=1, help="requests per batch: concurrency ×")
     parser.add_argument("--repeats", type=int, default=3, help="batches per path and concurrency")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmark-workers.md")
     args = parser.parse_args()
     args.argv = sys.argv[1:]  # for the report's command line
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop what was started
+    commit = os.popen(f"git -C {REPO} rev-parse --short HEAD").read().strip()
+    # The code measured is the working tree's: say so where it differs from the commit.
+    changed = os.popen(f"git -C {REPO} status --porcelain -- api common triton").read().split()
+    if changed:
+        commit += f"` plus uncommitted changes to `{', '.join(changed[1::2])}"
     others_before = machine_busy(5)
     print(f"before starting: the machine kept {others_before:.2f} cores busy", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp, contextlib.ExitStack() as st:
@@ -170,7 +179,6 @@ def main() -> int:
         started = time.monotonic()
         batches = asyncio.run(measure(args, settings, apis))
         elapsed = time.monotonic() - started
-    commit = os.popen(f"git -C {REPO} rev-parse --short HEAD").read().strip()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(report(batches, args, elapsed, others_before, commit))
     print(args.output.read_text())
