@@ -4,11 +4,13 @@ on PostgreSQL with several workers, and nothing added to the default path."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from tritonbox_testing.deploy import (
     REPO,
     compose_config,
@@ -75,3 +77,12 @@ def test_every_variable_is_a_documented_setting() -> None:
     example = (REPO / ".env.example").read_text()
     for variable in interpolated_names((REPO / OVERLAY).read_text()):
         assert variable in known and f"{variable}=" in example, variable
+
+
+def test_the_standin_is_built_for_the_pinned_image() -> None:
+    """scripts/test_compose builds scripts/docker_standin_postgres under the overlay's pin when
+    it cannot be pulled; the script's own default must follow a bump of that pin."""
+    pinned = yaml.safe_load((REPO / OVERLAY).read_text())["services"]["postgres"]["image"]
+    script = (REPO / "scripts/docker_standin_postgres").read_text()
+    (default,) = re.findall(r"^TAG=\$\{1:-(\S+)\}$", script, re.MULTILINE)
+    assert default == pinned
