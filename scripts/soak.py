@@ -17,16 +17,20 @@ import argparse
 import asyncio
 import json
 import random
-import sqlite3
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import create_engine, select
+from sqlmodel import col
 
+from tritonbox_api.db.models import Prediction
+from tritonbox_api.db.session import settings_url
 from tritonbox_api.settings import ApiSettings
 from tritonbox_triton.settings import TritonSettings
 
@@ -136,13 +140,19 @@ def gauge(text: str, name: str, **labels: str) -> float:
     raise LookupError(f"{name} {labels} is not exported")
 
 
-def checks(ctx: Any, since: str) -> dict[str, Any]:
+def checks(ctx: Any, since: datetime) -> dict[str, Any]:
     api = httpx.get(f"{ctx.api_url}/metrics", timeout=10).text
     engine = httpx.get(ctx.metrics_url, timeout=10).text
-    with sqlite3.connect(f"file:{ctx.database}?mode=ro", uri=True) as connection:
-        rows = dict(
-            connection.execute("SELECT id, status FROM prediction WHERE started_at >= ?", (since,))
-        )
+    # The api's own database, SQLite or PostgreSQL (DATABASE_URL), read with its own models.
+    database = create_engine(ctx.database)
+    try:
+        with database.connect() as connection:
+            query = select(col(Prediction.id), col(Prediction.status)).where(
+                col(Prediction.started_at) >= since
+            )
+            rows = {row_id: str(status) for row_id, status in connection.execute(query)}
+    finally:
+        database.dispose()
     answer = httpx.post(f"{ctx.api_url}/predict", headers=ctx.headers, timeout=60,
                         json={"prompt": "Hi", "max_tokens": 4, "stream": False})  # fmt: skip
     return {
@@ -186,14 +196,14 @@ def main() -> int:
     ctx = argparse.Namespace(
         api_url=f"http://127.0.0.1:{api.api_port}",
         metrics_url=f"http://{triton.triton_host}:{triton.triton_metrics_port}/metrics",
-        database=api.database_path.resolve(),
+        database=settings_url(api),
         headers={"Authorization": f"Bearer {key}"} if key else {},
         max_body_bytes=api.max_body_bytes,
         tally=Tally(),
     )
     ctx.model = httpx.get(f"{ctx.api_url}/v1/models", headers=ctx.headers).json()["data"][0]["id"]
     workers = args.workers or 2 * api.max_concurrent_requests
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - 1))
+    since = datetime.now(UTC) - timedelta(seconds=1)
     started = time.monotonic()
     asyncio.run(soak(ctx, workers, args.duration_s, args.seed))
     soaked = time.monotonic() - started
@@ -201,6 +211,8 @@ def main() -> int:
     result = checks(ctx, since)
     report = {
         "workers": workers,
+        "api_workers": api.api_workers,
+        "database": ctx.database.get_backend_name(),
         "max_concurrent_requests": api.max_concurrent_requests,
         "soak_s": round(soaked, 1),
         "requests": dict(sorted(ctx.tally.statuses.items())),
