@@ -78,7 +78,7 @@ def postgres_phase(checks: Checks, measured: Measured, stack: Stack) -> None:
     before = sqlite_rows(stack)  # what the first phase left in the SQLite file
     up = checks.check("up (PostgreSQL, 4 workers): all healthy", lambda: _up(stack, measured))
     if not up:
-        print(stack.compose("logs", "--tail", "60"), flush=True)
+        _explain(stack)
         measured.postgres_s = time.monotonic() - began
         return
     checks.check(
@@ -95,7 +95,8 @@ def postgres_phase(checks: Checks, measured: Measured, stack: Stack) -> None:
     checks.check("restart api", lambda: stack.compose("restart", "api") and stack.up() and None)
     checks.check("rows kept across restart api", lambda: _kept(stack, count, ids))
     checks.check("down (volumes kept)", lambda: stack.compose("down") and None)
-    checks.check("up again: all healthy", lambda: f"{stack.up():.0f} s")
+    if not checks.check("up again: all healthy", lambda: f"{stack.up():.0f} s"):
+        _explain(stack)
     checks.check("PostgreSQL reused its data", lambda: _reused(stack))
     checks.check("rows kept across down/up", lambda: _kept(stack, count, ids))
     checks.check("password hidden", lambda: stack.secret_hidden(_password(stack)))
@@ -117,6 +118,12 @@ def _up(stack: Stack, measured: Measured) -> str:
     healthy = sorted(line.split()[0] for line in states if line.endswith(" healthy"))
     assert healthy == sorted(SERVICES), states
     return f"{', '.join(healthy)} healthy in {measured.postgres_up_s:.0f} s"
+
+
+def _explain(stack: Stack) -> None:
+    """What a failed `up` left: each service's state and the end of its log."""
+    print(stack.compose("ps", "--all", "--format", "{{.Service}}: {{.Status}}"), flush=True)
+    print(stack.compose("logs", "--tail", "40", "--timestamps"), flush=True)
 
 
 def _logs(stack: Stack) -> str:

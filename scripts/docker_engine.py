@@ -78,18 +78,23 @@ def dockerfile_default(dockerfile: str, argument: str) -> str:
     return match.group(1)
 
 
+def _standin(image: str) -> str | None:
+    """What the stand-in tagged `image` is made of (its mark says), None for any other image;
+    RuntimeError when there is no `image` here."""
+    # The Python stand-in is marked in its import comment, PostgreSQL's in its label.
+    marks = docker("image", "inspect", "--format", "{{.Comment}}\n{{json .Config.Labels}}", image)
+    match = re.search(rf"{STANDIN_MARK} for {re.escape(image)}: ([^\"}}\n]+)", marks)
+    return match.group(1).strip() if match else None
+
+
 def base_image(image: str, standin: str = "scripts/docker_standin_base") -> str:
     """Make `image` available: as is, pulled, or a stand-in built from the Debian archive by
     `standin` (a script of this repository taking the tag)."""
     try:
-        # The Python stand-in is marked in its import comment, PostgreSQL's in its label.
-        marks = docker(
-            "image", "inspect", "--format", "{{.Comment}} {{json .Config.Labels}}", image
-        ).strip()
+        what = _standin(image)
+        return f"{image}: STAND-IN (cached; {what})" if what else f"{image}: present"
     except RuntimeError:
-        marks = None
-    if marks is not None:
-        return f"{image}: STAND-IN (cached)" if STANDIN_MARK in marks else f"{image}: present"
+        pass
     try:
         docker("pull", image, timeout=300)
         return f"{image}: pulled"
@@ -97,7 +102,8 @@ def base_image(image: str, standin: str = "scripts/docker_standin_base") -> str:
         reason = str(error).splitlines()[0][:160]
     print(f"{image}: cannot be pulled; building a STAND-IN with {standin}", flush=True)
     subprocess.run([str(REPO / standin), image], check=True, timeout=1800)
-    return f"{image}: STAND-IN built from the Debian archive (pull failed: {reason})"
+    what = _standin(image)
+    return f"{image}: STAND-IN built from the Debian archive ({what}; pull failed: {reason})"
 
 
 def compose_environment() -> dict[str, str]:
