@@ -20,12 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -53,6 +56,9 @@ from scripts.bench_workers_targets import report  # noqa: E402
 from tritonbox_testing.postgres import run_postgres  # noqa: E402
 
 sys.path.remove(str(REPO))
+RAW = REPO / ".cache" / "bench-workers-last.json"
+# The options the report reads (kept with the raw batches, so --report-from can redo it).
+REPORTED = ("interval", "tokens", "concurrency", "workers", "databases", "waves", "repeats", "argv")
 
 
 def start_apis(
@@ -161,8 +167,27 @@ def main() -> int:
     parser.add_argument("--waves", type=int, default=1, help="requests per batch: concurrency ×")
     parser.add_argument("--repeats", type=int, default=3, help="batches per path and concurrency")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmark-workers.md")
+    parser.add_argument("--raw", type=Path, default=RAW, help="every batch measured, as JSON")
+    parser.add_argument("--report-from", type=Path, help="no measuring: report a --raw file")
     args = parser.parse_args()
-    args.argv = sys.argv[1:]  # for the report's command line
+    if args.report_from:
+        run = json.loads(args.report_from.read_text())
+        batches = [Batch(**b) for b in run.pop("batches")]
+        args.__dict__.update(run.pop("args"))
+    else:
+        args.argv = sys.argv[1:]  # for the report's command line
+        run, batches = run_benchmark(args)
+        raw = {**run, "args": {k: v for k, v in vars(args).items() if k in REPORTED}}
+        args.raw.parent.mkdir(parents=True, exist_ok=True)
+        args.raw.write_text(json.dumps({**raw, "batches": [asdict(b) for b in batches]}))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(report(batches, args, **run))
+    print(args.output.read_text())
+    return 0
+
+
+def run_benchmark(args: argparse.Namespace) -> tuple[dict[str, Any], list[Batch]]:
+    """Start everything, measure, stop everything: what the report needs besides the batches."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop what was started
     commit = os.popen(f"git -C {REPO} rev-parse --short HEAD").read().strip()
     # The code measured is the working tree's: say so where it differs from the commit.
@@ -179,10 +204,7 @@ def main() -> int:
         started = time.monotonic()
         batches = asyncio.run(measure(args, settings, apis))
         elapsed = time.monotonic() - started
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report(batches, args, elapsed, others_before, commit))
-    print(args.output.read_text())
-    return 0
+    return {"elapsed_s": elapsed, "others": others_before, "commit": commit}, batches
 
 
 if __name__ == "__main__":

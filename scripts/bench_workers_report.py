@@ -147,7 +147,9 @@ def header(
         f"request ({1 / args.interval:.0f} tok/s per stream at most), `MAX_BATCH_SIZE` = the "
         "largest concurrency, the whole ensemble (preprocessing, engine, postprocessing).",
         f"- **Workload**: one prompt, {args.tokens} output tokens per request, batches of "
-        f"concurrency × {args.waves} requests; every path warmed up at each concurrency, then "
+        f"concurrency × {args.waves} requests (one wave by default, where "
+        "scripts/bench_api.py sends two: 7 paths × 3 concurrencies × 3 repeats stay within "
+        "about 10 minutes); every path warmed up at each concurrency, then "
         f"the paths in round-robin, a different one first each time, {args.repeats} batches per "
         "path and concurrency, each started once Triton had no request queued (plus 0.5 s for "
         "the api's last writes). Every request's token count is checked.",
@@ -166,6 +168,8 @@ def header(
         "and backends), tritonserver with its backend stubs; busy cores = the whole machine's "
         "busy CPU time (/proc/stat) / wall time, everyone's processes included; others' cores = "
         "the part of it from processes this benchmark did not start.",
-        f"- **Requests per batch** (concurrency: requests): {requests}.",
+        f"- **Requests per batch** (concurrency: requests): {requests}. Every batch is kept in "
+        "`.cache/bench-workers-last.json` (not committed); `--report-from` that file redoes "
+        "this page without measuring.",
         "",
     ]

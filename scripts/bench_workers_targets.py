@@ -7,6 +7,7 @@ import argparse
 
 from scripts.bench_api_support import Batch
 from scripts.bench_workers_report import (
+    DATABASES,
     GRPC,
     Config,
     Summary,
@@ -29,6 +30,20 @@ def _verdict(ok: bool) -> str:
 def total_ms(s: Table, c: int, path: str) -> float:
     """CPU per 1 000 output tokens of every process on the path: Triton, api, database, client."""
     return sum(s[(c, path)].cpu_ms_per_1k.values())
+
+
+def db_predicted_cost(s: Table, c: int, workers: int) -> float:
+    """The throughput PostgreSQL should cost on full cores, from CPU alone: its server's CPU and
+    the api's extra CPU over SQLite per token, against everything SQLite's path spends (only the
+    database's share: Triton's and the client's own CPU per token are the same work on both
+    paths, and their batch-to-batch noise would swamp it)."""
+    pg, lite = s[(c, Config(workers, "postgresql").name)], s[(c, Config(workers, "sqlite").name)]
+    extra = pg.cpu_ms_per_1k["db"] + pg.cpu_ms_per_1k["api"] - lite.cpu_ms_per_1k["api"]
+    base = (
+        total_ms(s, c, lite_name := Config(workers, "sqlite").name)
+        - s[(c, lite_name)].cpu_ms_per_1k["db"]
+    )
+    return extra / (base + extra)
 
 
 def spread(r: Summary) -> float:
@@ -73,11 +88,14 @@ def targets(s: Table, configs: list[Config], concurrencies: list[int]) -> list[s
         if (cc, Config(w, "postgresql").name) in s and (cc, Config(w, "sqlite").name) in s
     }
     if costs:
+        predicted = [db_predicted_cost(s, cc, w) for w, cc in costs]
         out.append(
             f"- Logging to PostgreSQL costs ≤ {TARGET_DB_COST:.0%} throughput (vs SQLite, same "
             f"workers and concurrency): {_verdict(max(costs.values()) <= TARGET_DB_COST)} — "
             + ", ".join(f"×{w} c={cc}: {v:+.1%}" for (w, cc), v in costs.items())
-            + "."
+            + f". From CPU alone (PostgreSQL's server and the api's extra CPU per token, on full "
+            f"cores) it should cost {min(predicted):+.1%} to {max(predicted):+.1%}; measured "
+            "differences within the batches' spread are the shared machine's noise (below)."
         )
     return [*out, ""]
 
@@ -103,7 +121,9 @@ def why(s: Table, configs: list[Config], concurrencies: list[int], interval: flo
         "the CPU allows: *CPU ms / 1k tok* is every process on the path (Triton + api + "
         "PostgreSQL + this client) per 1 000 output tokens; *cores needed* is that at the "
         "engine's pace (concurrency / interval); *CPU ceiling* is the throughput the cores "
-        "the others left free could carry at that cost. Where the cores needed exceed the "
+        "the others left free could carry at that cost (approximate: the others' load is not "
+        "fixed, the scheduler shares the cores between them and us). Where the cores needed "
+        "exceed the "
         "cores there are, throughput is the CPU ceiling, not the engine's pace, and adding "
         "workers cannot raise it: they add processes, not cores.",
         "",
@@ -114,12 +134,24 @@ def why(s: Table, configs: list[Config], concurrencies: list[int], interval: flo
         "",
     ]
     api = ", ".join(f"{x.name} {s[(c, x.name)].cpu_ms_per_1k['api']:.0f}" for x in configs)
+    few, many = min(x.workers for x in configs), max(x.workers for x in configs)
+
+    def api_ms(workers: int, database: str, cc: int) -> float:
+        return s[(cc, Config(workers, database).name)].cpu_ms_per_1k["api"]
+
+    growth = ", ".join(
+        f"{DATABASES[d]} ×{api_ms(many, d, cc) / api_ms(few, d, cc):.2f} at c={cc}"
+        for d in dict.fromkeys(x.database for x in configs)
+        for cc in concurrencies
+    )
     out.append(
         f"**api CPU per token.** At c={c} the api's process tree spent (ms per 1 000 tokens) "
         f"{api}. Workers divide the same per-token work (parse, relay, detokenised text to SSE, "
-        "the row) among processes; each adds its own event loop, gRPC channel and database "
-        "threads, so the sum over the tree does not fall with more workers. Meeting the "
-        "target takes a cheaper per-token path in the api itself, not more workers."
+        "the row) among processes; each adds its own event loop, gRPC channel, database "
+        "threads, heartbeat and, while it streams, its poll for cross-worker cancels, so the "
+        f"sum over the tree does not fall with more workers; from {few} to {many} workers it "
+        f"changed by {growth}. Meeting the target takes a cheaper per-token path in the api "
+        "itself, not more workers."
     )
     out.append("")
     ttft = ", ".join(
@@ -134,7 +166,9 @@ def why(s: Table, configs: list[Config], concurrencies: list[int], interval: flo
         "**Added TTFT.** A closed loop starts each wave of requests together; the api admits "
         "them on its event loops while relaying the other streams' tokens, so the added TTFT "
         "is the queue of CPU work in front of a new request. With the cores saturated it "
-        f"measures the shortage of CPU, not the api's own latency. Δ TTFT p50 vs gRPC: {ttft}."
+        "measures the shortage of CPU, not the api's own latency; a batch's busy cores are an "
+        "average over its wall time, and each wave's admission is a burst of CPU work that can "
+        f"fill the cores for a moment even where the average has room. Δ TTFT p50 vs gRPC: {ttft}."
     )
     out.append("")
     pg = []
@@ -145,7 +179,7 @@ def why(s: Table, configs: list[Config], concurrencies: list[int], interval: flo
                 continue
             r, base = s[(cc, x.name)], s[(cc, lite)]
             # On full cores throughput goes as 1 / (CPU per token): the cost the CPU predicts.
-            predicted = 1 - total_ms(s, cc, lite) / total_ms(s, cc, x.name)
+            predicted = db_predicted_cost(s, cc, x.workers)
             pg.append(
                 f"| {x.workers} | {cc} | {1 - r.tok_s / base.tok_s:+.1%} | {predicted:+.1%} | "
                 f"{r.cpu_ms_per_1k['db']:.0f} | {r.cpu_ms_per_1k['api']:.0f} · "

@@ -81,3 +81,6 @@ def test_targets_verdicts(bench: Any) -> None:
     assert "not saturated: **met** — rows with free cores: api ×1, SQLite;" in lines
     assert "×1 c=64: +10.0%" in lines
     assert "throughput (vs SQLite, same workers and concurrency): **not met**" in lines
+    # PostgreSQL's extra CPU per 1k tokens: api 222 - 100 = 122, over SQLite's path's 700
+    # (api 100 + Triton 500 + client 100) + 122.
+    assert "it should cost +14.9% to +14.9%" in lines
