@@ -5,7 +5,8 @@ package-index settings from this machine's pip, docs/deployment.md), brings the 
 `docker compose -f compose.cpu.yaml up`, published on loopback only and in a project (so a
 network and volumes) of its own, and checks it from outside as a user would. Measures builds,
 image sizes, cold and warm start-to-healthy and memory, and writes them to docs/deployment.md.
-Ends with `compose: N passed, M failed`; exits 1 on any failure.
+Then, on the same images and project, the PostgreSQL overlay with four api workers
+(scripts/compose_postgres.py). Ends with `compose: N passed, M failed`; exits 1 on any failure.
 """
 
 from __future__ import annotations
