@@ -96,7 +96,8 @@ class TritonGateway:
         which the caller sends once its stream is over (see PredictionService).
         """
         try:
-            async for chunk in self.client.stream(request, stop_on_exit=False):
+            # Ids only: the api decodes them itself (Triton's per-token text is not exact).
+            async for chunk in self.client.stream(request, stop_on_exit=False, with_text=False):
                 yield chunk
         except grpc.aio.AioRpcError as error:
             if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
