@@ -10,7 +10,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from sse_starlette import EventSourceResponse
 
 from tritonbox_api.db.models import FinishReason, Prediction, Source, Status
 from tritonbox_api.deps import Guarded, Services, ServicesDep
@@ -23,6 +22,7 @@ from tritonbox_api.protocol.openai import (
     Usage,
 )
 from tritonbox_api.routes.common import prediction_headers, start
+from tritonbox_api.routes.sse import EventStream, frame, frame_parts
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 from tritonbox_api.triton_gateway import TritonUnavailableError
@@ -65,6 +65,7 @@ class _Shape:
         # A delta chunk is the same JSON around its text every time: encoded once, then only
         # the text is encoded per chunk (a dict and a whole json.dumps per token add up).
         self._deltas = {first: self._template(first) for first in (True, False)}
+        self._events = {first: frame_parts(*self._deltas[first]) for first in (True, False)}
 
     def envelope(self, choice: dict[str, Any], chunk: bool) -> dict[str, Any]:
         kind = "chat.completion" if self.chat else "text_completion"
@@ -87,6 +88,12 @@ class _Shape:
         """`json.dumps(self.delta(text, first=first), ensure_ascii=False)`, cheaper."""
         before, after = self._deltas[first]
         return before + json.dumps(text, ensure_ascii=False) + after
+
+    def delta_event(self, text: str, *, first: bool) -> bytes:
+        """`frame(self.delta_json(text, first=first))`: the chunk's SSE event, as sent."""
+        before, after = self._events[first]
+        # JSON has no raw line breaks: the event is one `data:` line.
+        return before + json.dumps(text, ensure_ascii=False).encode() + after
 
     def _template(self, first: bool) -> tuple[str, str]:
         encoded = json.dumps(self.delta(_SLOT, first=first), ensure_ascii=False)
@@ -116,22 +123,22 @@ class _Shape:
         return {**self.envelope(choice, False), "usage": _usage(prediction)}
 
 
-async def _sse(shape: _Shape, started: Started, include_usage: bool) -> AsyncIterator[str]:
+async def _sse(shape: _Shape, started: Started, include_usage: bool) -> AsyncIterator[bytes]:
     first = True
     async for event in started.events():
         if not isinstance(event, Ended):
-            yield shape.delta_json(event, first=first)
+            yield shape.delta_event(event, first=first)
             first = False
             continue
         prediction = event.prediction
         if prediction.status is Status.SUCCEEDED:
-            yield json.dumps(shape.last(prediction))
+            yield frame(json.dumps(shape.last(prediction)))
             if include_usage:
-                yield json.dumps({**shape.envelope({}, True), "choices": [],
-                                  "usage": _usage(prediction)})  # fmt: skip
+                yield frame(json.dumps({**shape.envelope({}, True), "choices": [],
+                                        "usage": _usage(prediction)}))  # fmt: skip
         else:
-            yield _error_body(prediction)
-    yield "[DONE]"
+            yield frame(_error_body(prediction))
+    yield frame("[DONE]")
 
 
 async def _complete(
@@ -163,7 +170,7 @@ async def _complete(
     headers = prediction_headers(services, started.id)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return EventSourceResponse(_sse(shape, started, include_usage), headers=headers, ping=10)
+        return EventStream(_sse(shape, started, include_usage), headers=headers, ping=10)
     prediction = (await started.result()).prediction
     if prediction.status is not Status.SUCCEEDED:
         failure = json.loads(_error_body(prediction))

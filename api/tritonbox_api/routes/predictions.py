@@ -9,7 +9,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sqlmodel import Session
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import Prediction, Source, Status
@@ -23,6 +22,7 @@ from tritonbox_api.protocol.predictions import (
     prediction_out,
 )
 from tritonbox_api.routes.common import prediction_headers, start
+from tritonbox_api.routes.sse import EventStream, frame
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 
@@ -38,15 +38,15 @@ def _out(services: Services, row: Prediction) -> PredictionOut:
     )
 
 
-async def _sse(services: Services, started: Started) -> AsyncIterator[ServerSentEvent]:
+async def _sse(services: Services, started: Started) -> AsyncIterator[bytes]:
     async for event in started.events():
         if isinstance(event, Ended):
             final = _out(services, event.prediction)
             if final.status is Status.FAILED:
-                yield ServerSentEvent(json.dumps({"detail": final.error}), event="error")
-            yield ServerSentEvent(final.model_dump_json(), event="done")
+                yield frame(json.dumps({"detail": final.error}), "error")
+            yield frame(final.model_dump_json(), "done")
         else:
-            yield ServerSentEvent(event, event="output")
+            yield frame(event, "output")
 
 
 @router.post("", response_model=PredictionOut, status_code=201, dependencies=Guarded)
@@ -63,7 +63,7 @@ async def create_prediction(
     )
     headers = prediction_headers(services, started.id)
     if body.stream:
-        return EventSourceResponse(_sse(services, started), headers=headers, ping=10)
+        return EventStream(_sse(services, started), headers=headers, ping=10)
     ended = await started.result()
     final = _out(services, ended.prediction)
     return JSONResponse(final.model_dump(mode="json"), status_code=201, headers=headers)

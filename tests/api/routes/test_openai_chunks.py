@@ -1,4 +1,5 @@
-"""The OpenAI delta chunk's cached template encodes exactly what encoding the whole chunk does."""
+"""The OpenAI delta chunk's cached template encodes exactly what encoding the whole chunk does,
+and its SSE event is exactly what sse-starlette frames from that."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from types import SimpleNamespace
 from typing import cast
 
 import pytest
+from sse_starlette import ServerSentEvent
 
 from tritonbox_api.routes.openai import _Shape
 from tritonbox_api.service.runner import Started
@@ -31,3 +33,5 @@ def test_delta_json_equals_encoding_the_whole_chunk(chat: bool, model: str) -> N
             whole = json.dumps(shape.delta(text, first=first), ensure_ascii=False)
             assert shape.delta_json(text, first=first) == whole
             assert json.loads(shape.delta_json(text, first=first)) == shape.delta(text, first=first)
+            # The event as sent: what sse-starlette would have framed from the encoded chunk.
+            assert shape.delta_event(text, first=first) == ServerSentEvent(whole).encode()
