@@ -31,6 +31,8 @@ class StopStringMatcher:
 
     def push(self, text: str) -> str:
         """Add `text`; return what is safe to show now. After a match, always ""."""
+        if not self._words:  # most requests have none: nothing to hold back or find
+            return text
         if self.stopped:
             return ""
         pending = self._pending + text
