@@ -10,6 +10,7 @@ a request that comes first loads it itself.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,19 @@ from tritonbox_common.tokenization import TokenIds, default_token_ids, load_toke
 
 log = logging.getLogger(__name__)
 WARM_UP_RETRY_S = (0.5, 5.0)  # the first retry's wait, doubled up to the second
+
+
+def _freeze_heap() -> None:
+    """Take every object alive once the engine context is loaded out of the collector's scans.
+
+    The imports and the tokenizer leave ~430 000 objects that live as long as the process; every
+    full collection walked them all, 0.2 to 0.4 s on the event loop (every stream stalled), a
+    twelfth of the api's CPU at 64 streams. Frozen, they are never scanned again; what the
+    process creates later is collected as before. Collected first, so no garbage is frozen. Done
+    once per process, when the context loads (at its start, by `warm_up`, before any request).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,7 @@ class EngineContextLoader:
                 self._context = EngineContext(
                     info=info, tokenizer=tokenizer, model_name=name, token_ids=token_ids
                 )
+                _freeze_heap()
         return self._context
 
     async def warm_up(self) -> None:

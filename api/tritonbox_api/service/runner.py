@@ -6,7 +6,6 @@ Waiting for the first event before answering lets a route still send a proper st
 
 from __future__ import annotations
 
-import gc
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,25 +50,6 @@ class Started:
         raise AssertionError("a prediction always ends with Ended")
 
 
-_heap_frozen = False
-
-
-def _freeze_heap() -> None:
-    """Take every object alive once the engine context is loaded out of the collector's scans.
-
-    The imports and the tokenizer leave ~430 000 objects that live as long as the process; every
-    full collection walked them all, 0.2 to 0.4 s on the event loop (every stream stalled), a
-    twelfth of the api's CPU at 64 streams. Frozen, they are never scanned again; what the
-    process creates later is collected as before. Collected first, so no garbage is frozen.
-    A flag, not `gc.get_freeze_count()`: that walks every frozen object.
-    """
-    global _heap_frozen
-    if not _heap_frozen:
-        _heap_frozen = True
-        gc.collect()
-        gc.freeze()
-
-
 async def begin(
     params: GenerationInput,
     *,
@@ -87,7 +67,6 @@ async def begin(
         context = await loader.get()
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
-    _freeze_heap()
     prepared = await prepare(
         params,
         context,

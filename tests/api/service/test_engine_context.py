@@ -4,6 +4,7 @@ answers, not by the first request (a fake gateway: no server needed)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,11 @@ def test_warm_up_retries_until_triton_answers(
     loader = EngineContextLoader(gateway, model_name=None)
     assert loader.loaded is None
 
+    gc.unfreeze()
     asyncio.run(asyncio.wait_for(loader.warm_up(), timeout=60))
+    frozen = gc.get_freeze_count()  # the loaded heap is out of the collector's scans
+    gc.unfreeze()
+    assert frozen > 0
 
     assert triton.asked == 4  # three refusals, then loaded; nothing asked after that
     context = loader.loaded
