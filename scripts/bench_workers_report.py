@@ -136,8 +136,14 @@ def header(
         "# api workers × database benchmark",
         "",
         f"Produced by `{command}` on {time.strftime('%Y-%m-%d')} at commit `{commit}` in "
-        f"{elapsed_s / 60:.1f} min of measuring. Every row comes from the same run. The api's "
-        "per-token cost was being worked on meanwhile: later commits may measure differently.",
+        f"{elapsed_s / 60:.1f} min of measuring. Every row comes from the same run. CPU per "
+        "token depends on how busy the cores are (a busier process handles more tokens per "
+        "wake-up), so compare rows of one run, not numbers across runs: "
+        "[benchmark-api-changes.md](benchmark-api-changes.md) compares code versions "
+        "interleaved in one run. Where a × gRPC ratio is above 1, the direct path was bound by "
+        "this one-process client, which decodes every gRPC response itself (its CPU is in the "
+        "table below, *CPU ms / 1k tok (all)*), while the api's paths move that work into the "
+        "api's processes.",
         "",
         f"- **Machine**: {_cpu_model()}, {os.cpu_count()} cores ({cores()} usable), Python "
         f"{platform.python_version()}, shared with other engineers: before anything was started "
