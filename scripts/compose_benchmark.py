@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BEGIN = "<!-- compose-benchmark:begin (written by scripts/test_compose) -->"
+BEGIN = "<!-- compose-benchmark:begin (written by scripts/test_compose --write-docs) -->"
 END = "<!-- compose-benchmark:end -->"
 
 

@@ -4,7 +4,9 @@ Builds the three images with `docker compose -f compose.cpu.yaml build` (the doc
 package-index settings from this machine's pip, docs/deployment.md), brings the stack up with
 `docker compose -f compose.cpu.yaml up`, published on loopback only and in a project (so a
 network and volumes) of its own, and checks it from outside as a user would. Measures builds,
-image sizes, cold and warm start-to-healthy and memory, and writes them to docs/deployment.md.
+image sizes, cold and warm start-to-healthy and memory, and prints them as the table of
+docs/deployment.md; `--write-docs` also writes that table into the page (a test run never
+rewrites a tracked file: `scripts/test_compose --write-docs` is how the page is refreshed).
 Then, on the same images and project, the PostgreSQL overlay with four api workers
 (scripts/compose_postgres.py). Ends with `compose: N passed, M failed`; exits 1 on any failure.
 """
@@ -23,7 +25,7 @@ import httpx
 # The helpers as `scripts.…` (as mypy names them); the repo root only for these imports, since
 # its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1).
 sys.path.append(str(Path(__file__).resolve().parent.parent))
-from scripts.compose_benchmark import Measured, write_benchmark
+from scripts.compose_benchmark import Measured, table, write_benchmark
 from scripts.compose_postgres import postgres_overlay, postgres_phase
 from scripts.compose_stack import (
     REPO,
@@ -198,7 +200,8 @@ def main() -> int:
         print(f"FAIL setup: {type(error).__name__}: {error}", flush=True)
     measured.total_s = time.monotonic() - began
     print(measured.summary(), flush=True)
-    if checks.failed == 0:
+    print(table(measured), flush=True)
+    if checks.failed == 0 and "--write-docs" in sys.argv[1:]:
         write_benchmark(measured, REPO / "docs/deployment.md")
     print(f"compose: {checks.passed} passed, {checks.failed} failed", flush=True)
     return 1 if checks.failed else 0
