@@ -5,7 +5,7 @@ way docs/scaling.md tells a user to switch: POSTGRES_PASSWORD and API_WORKERS=4 
 project's `.env` (a copy of it in a private folder, given as `--env-file`, so that a developer's
 own `.env` is neither needed nor touched), then `docker compose -f compose.cpu.yaml -f
 compose.postgres.yaml up`. The postgres image is the pinned official one, pulled, or a stand-in
-built from the Debian archive when no registry answers (scripts/docker_standin_postgres).
+built from the Debian archive when no registry answers (tests/compose/standins/postgres).
 Checked from outside: every service healthy, four api worker processes, predictions in
 PostgreSQL and not in the SQLite file, a cancel through another worker stopping the engine,
 50 concurrent requests -> 50 rows, rows kept across `restart api` and `down`/`up`, PostgreSQL
@@ -22,8 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
-from scripts.compose_benchmark import Measured
-from scripts.compose_postgres_checks import (
+from tests.compose.deployment_table import Measured
+from tests.compose.docker_engine import base_image, docker
+from tests.compose.postgres_checks import (
     cancel_across_workers,
     concurrent_rows,
     psql,
@@ -31,8 +32,7 @@ from scripts.compose_postgres_checks import (
     sqlite_rows,
     workers,
 )
-from scripts.compose_stack import REPO, Checks, Stack, found, predict, stored
-from scripts.docker_engine import base_image, docker
+from tests.compose.stack import REPO, Checks, Stack, found, predict, stored
 
 OVERLAY = "compose.postgres.yaml"
 WORKERS = 4
@@ -106,7 +106,7 @@ def postgres_phase(checks: Checks, measured: Measured, stack: Stack) -> None:
 
 def _image(measured: Measured, image: str) -> str:
     started = time.monotonic()
-    note = base_image(image, "scripts/docker_standin_postgres")
+    note = base_image(image, "tests/compose/standins/postgres")
     size = int(docker("image", "inspect", "-f", "{{.Size}}", image)) / 1e6
     measured.postgres_image = f"{note}, {size:.0f} MB"
     return f"{measured.postgres_image} ({time.monotonic() - started:.0f} s)"

@@ -1,4 +1,4 @@
-"""The checks of the PostgreSQL run of scripts/test_compose (scripts/compose_postgres.py), each
+"""The checks of the PostgreSQL run of scripts/test_compose (tests/compose/postgres.py), each
 from outside the containers: the api's HTTP port, `docker top`, `psql` in the postgres container
 through `docker exec` (local connections need no password there, as in the official image), and
 Triton's metrics read inside its container (its metrics port is not published)."""
@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 import httpx
-from scripts.compose_stack import Stack
-from scripts.docker_engine import docker
+from tests.compose.docker_engine import docker
+from tests.compose.stack import Stack
 
 ACTIVE = 'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active"'
 TOKENS = "tritonbox_engine_generated_tokens_total"

@@ -1,5 +1,5 @@
-"""scripts/bench_workers.py's bookkeeping: the configurations, one summary per (path, concurrency)
-and the Markdown tables (the targets and what explains them: bench_workers_targets.py)."""
+"""scripts/benchmark workers's bookkeeping: the configurations, one summary per (path, concurrency)
+and the Markdown tables (the targets and what explains them: workers_targets.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from scripts.bench_api_support import Batch, _cpu_model
+from scripts.benchmarks.api_report import Batch, _cpu_model
 
 GRPC = "Triton gRPC (direct)"
 DATABASES = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "postgresql server": "PostgreSQL"}
@@ -129,7 +129,7 @@ def table(s: Table, concurrency: int, configs: list[Config]) -> list[str]:
 def header(
     args: argparse.Namespace, batches: list[Batch], elapsed_s: float, others: float, commit: str
 ) -> list[str]:
-    command = " ".join(["PYTHONSAFEPATH=1 .venv/bin/python scripts/bench_workers.py", *args.argv])
+    command = " ".join(["scripts/benchmark workers", *args.argv])
     sizes = {b.concurrency: len(b.samples) for b in batches}
     requests = ", ".join(f"{c}: {n}" for c, n in sorted(sizes.items()))
     return [
@@ -154,7 +154,7 @@ def header(
         "largest concurrency, the whole ensemble (preprocessing, engine, postprocessing).",
         f"- **Workload**: one prompt, {args.tokens} output tokens per request, batches of "
         f"concurrency × {args.waves} requests (one wave by default, where "
-        "scripts/bench_api.py sends two: 7 paths × 3 concurrencies × 3 repeats stay within "
+        "scripts/benchmark api sends two: 7 paths × 3 concurrencies × 3 repeats stay within "
         "about 10 minutes); every path warmed up at each concurrency, then "
         f"the paths in round-robin, a different one first each time, {args.repeats} batches per "
         "path and concurrency, each started once Triton had no request queued (plus 0.5 s for "

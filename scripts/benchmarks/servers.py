@@ -20,7 +20,7 @@ from tritonbox_triton.render import render_repository
 from tritonbox_triton.server import TritonServer
 from tritonbox_triton.settings import TritonSettings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 API_EXECUTABLE = Path(sys.executable).parent / "tritonbox-api"
 
 

@@ -1,12 +1,12 @@
-"""scripts/bench_workers.py's report: the tables, the targets (met / not met, with the numbers)
+"""scripts/benchmark workers's report: the tables, the targets (met / not met, with the numbers)
 and the measurements that explain a missed one (on shared cores, mostly the busy-cores column)."""
 
 from __future__ import annotations
 
 import argparse
 
-from scripts.bench_api_support import Batch
-from scripts.bench_workers_report import (
+from scripts.benchmarks.api_report import Batch
+from scripts.benchmarks.workers_report import (
     DATABASES,
     GRPC,
     Config,

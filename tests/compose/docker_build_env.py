@@ -8,7 +8,7 @@ of the build, and the CA certificates the host trusts beyond pip's own bundle (a
 proxy's) become BUILD_CA_CERT.
 
 Run alone, it serves and prints the variables until interrupted:
-    python3 scripts/docker_build_env.py      # then, in another shell: eval "$(...)" / export
+    python3 tests/compose/docker_build_env.py      # then, in another shell: eval "$(...)" / export
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""scripts/bench_api.py's bookkeeping: batches and the Markdown report (the CPU accounting is
-scripts/bench_proc.py)."""
+"""scripts/benchmark api's bookkeeping: batches and the Markdown report (the CPU accounting is
+scripts/benchmarks/proc.py)."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def report(
     requests = ", ".join(
         f"{c}: {len(next(b for b in batches if b.concurrency == c).samples)}" for c in concurrencies
     )
-    command = " ".join(["PYTHONSAFEPATH=1 .venv/bin/python scripts/bench_api.py", *sys.argv[1:]])
+    command = " ".join(["scripts/benchmark api", *sys.argv[1:]])
     out = [
         "# api proxy benchmark",
         "",
@@ -162,7 +162,7 @@ def report(
     out += [
         "History: [benchmark-api-changes.md](benchmark-api-changes.md) records what made the "
         "proxy cheaper and the runs before and after it. Several api workers and PostgreSQL: "
-        "[benchmark-workers.md](benchmark-workers.md) (`scripts/bench_workers.py`).",
+        "[benchmark-workers.md](benchmark-workers.md) (`scripts/benchmark workers`).",
         "",
     ]
     out += _two_cores(s, max(concurrencies), args.interval)

@@ -12,7 +12,7 @@ process tree (uvicorn's supervisor and every worker), of the PostgreSQL server a
 client, and the machine's busy time (/proc/stat), so the others' load is printed beside each
 batch. Writes docs/benchmark-workers.md. Usage (from the repo root):
 
-    PYTHONSAFEPATH=1 .venv/bin/python scripts/bench_workers.py [--tokens 128] [--repeats 3]
+    scripts/benchmark workers [--tokens 128] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -31,17 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-from tritonbox_common.client import TritonLLMClient
-from tritonbox_triton.settings import TritonSettings
-
-REPO = Path(__file__).resolve().parent.parent
-# The helper modules as `scripts.…` (as mypy names them) and the tests' PostgreSQL harness; the
-# repo root only for this import, since its `triton/` folder would pass for the `triton` package.
-sys.path += [str(REPO), str(REPO / "tests" / "support")]
-from scripts.bench_api_support import Batch  # noqa: E402
-from scripts.bench_load import One, api_path, batch, grpc_path  # noqa: E402
-from scripts.bench_proc import (  # noqa: E402
+from scripts.benchmarks.api_report import Batch
+from scripts.benchmarks.load import One, api_path, batch, grpc_path
+from scripts.benchmarks.proc import (
     cpu_by_pid,
     cpu_since,
     machine_cpu_seconds,
@@ -50,12 +42,16 @@ from scripts.bench_proc import (  # noqa: E402
     processes_now,
     server_listening_on,
 )
-from scripts.bench_servers import start_api, start_triton  # noqa: E402
-from scripts.bench_workers_report import GRPC, Config, batch_line  # noqa: E402
-from scripts.bench_workers_targets import report  # noqa: E402
-from tritonbox_testing.postgres import run_postgres  # noqa: E402
+from scripts.benchmarks.servers import start_api, start_triton
+from scripts.benchmarks.workers_report import GRPC, Config, batch_line
+from scripts.benchmarks.workers_targets import report
+from tritonbox_testing.postgres import run_postgres
 
-sys.path.remove(str(REPO))
+from tritonbox_common.client import TritonLLMClient
+from tritonbox_triton.settings import TritonSettings
+
+REPO = Path(__file__).resolve().parents[2]
+
 RAW = REPO / ".cache" / "bench-workers-last.json"
 # The options the report reads (kept with the raw batches, so --report-from can redo it).
 REPORTED = ("interval", "tokens", "concurrency", "workers", "databases", "waves", "repeats", "argv")
@@ -205,7 +201,3 @@ def run_benchmark(args: argparse.Namespace) -> tuple[dict[str, Any], list[Batch]
         batches = asyncio.run(measure(args, settings, apis))
         elapsed = time.monotonic() - started
     return {"elapsed_s": elapsed, "others": others_before, "commit": commit}, batches
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The workers benchmark's report maths (scripts/bench_workers_report.py and _targets.py) on
+"""The workers benchmark's report maths (scripts/benchmarks/workers_report.py and _targets.py) on
 made-up batches: no server, no timing."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ def bench() -> tuple[ModuleType, ModuleType, ModuleType]:
     # `triton/` folder would pass for the `triton` package later).
     sys.path.append(str(REPO))
     try:
-        import scripts.bench_api_support as support
-        import scripts.bench_workers_report as report
-        import scripts.bench_workers_targets as targets
+        import scripts.benchmarks.api_report as support
+        import scripts.benchmarks.workers_report as report
+        import scripts.benchmarks.workers_targets as targets
     finally:
         sys.path.remove(str(REPO))
     return support, report, targets

@@ -8,7 +8,7 @@ image sizes, cold and warm start-to-healthy and memory, and prints them as the t
 docs/deployment.md; `--write-docs` also writes that table into the page (a test run never
 rewrites a tracked file: `scripts/test_compose --write-docs` is how the page is refreshed).
 Then, on the same images and project, the PostgreSQL overlay with four api workers
-(scripts/compose_postgres.py). Ends with `compose: N passed, M failed`; exits 1 on any failure.
+(tests/compose/postgres.py). Ends with `compose: N passed, M failed`; exits 1 on any failure.
 """
 
 from __future__ import annotations
@@ -24,10 +24,18 @@ import httpx
 
 # The helpers as `scripts.…` (as mypy names them); the repo root only for these imports, since
 # its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1).
-sys.path.append(str(Path(__file__).resolve().parent.parent))
-from scripts.compose_benchmark import Measured, table, write_benchmark
-from scripts.compose_postgres import postgres_overlay, postgres_phase
-from scripts.compose_stack import (
+sys.path.append(str(Path(__file__).resolve().parents[2]))
+from tests.compose.deployment_table import Measured, table, write_benchmark
+from tests.compose.docker_build_env import bridge_gateway, serving
+from tests.compose.docker_engine import (
+    Engine,
+    base_image,
+    compose_environment,
+    docker,
+    dockerfile_default,
+)
+from tests.compose.postgres import postgres_overlay, postgres_phase
+from tests.compose.stack import (
     REPO,
     Checks,
     Stack,
@@ -35,14 +43,6 @@ from scripts.compose_stack import (
     page,
     predict,
     stored,
-)
-from scripts.docker_build_env import bridge_gateway, serving
-from scripts.docker_engine import (
-    Engine,
-    base_image,
-    compose_environment,
-    docker,
-    dockerfile_default,
 )
 
 SERVICES = ("triton", "api", "playground")

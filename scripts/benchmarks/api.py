@@ -11,7 +11,7 @@ Per batch: output tokens/s (tokens / wall time), time to first token (TTFT: to t
 text) and the CPU time each process spent. Paths are interleaved and repeated (the median batch
 counts) because the machine is shared. Writes docs/benchmark-api.md. Usage (from the repo root):
 
-    PYTHONSAFEPATH=1 .venv/bin/python scripts/bench_api.py [--interval 0.02] [--tokens 128]
+    scripts/benchmark api [--interval 0.02] [--tokens 128]
 """
 
 from __future__ import annotations
@@ -27,15 +27,8 @@ import time
 from pathlib import Path
 
 import httpx
-
-from tritonbox_common.client import TritonLLMClient
-
-REPO = Path(__file__).resolve().parent.parent
-# The helper modules as `scripts.…` (as mypy names them); the repo root only for this import,
-# since its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1).
-sys.path.append(str(REPO))
-from scripts.bench_api_support import PATHS, Batch, report  # noqa: E402
-from scripts.bench_load import (  # noqa: E402
+from scripts.benchmarks.api_report import PATHS, Batch, report
+from scripts.benchmarks.load import (
     PROMPT,
     SAMPLING,
     One,
@@ -45,10 +38,12 @@ from scripts.bench_load import (  # noqa: E402
     grpc_path,
     sse,
 )
-from scripts.bench_proc import cpu_seconds, machine_cpu_seconds, process_group_of  # noqa: E402
-from scripts.bench_servers import start_api, start_triton  # noqa: E402
+from scripts.benchmarks.proc import cpu_seconds, machine_cpu_seconds, process_group_of
+from scripts.benchmarks.servers import start_api, start_triton
 
-sys.path.remove(str(REPO))
+from tritonbox_common.client import TritonLLMClient
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def paths(grpc: TritonLLMClient, http: httpx.AsyncClient, urls: dict[str, str]) -> dict[str, One]:
@@ -132,7 +127,3 @@ def main() -> int:
     args.output.write_text(report(batches, args, elapsed, (load_before[0], os.getloadavg()[0])))
     print(args.output.read_text())
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

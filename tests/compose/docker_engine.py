@@ -17,8 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-STANDIN_MARK = "tritonbox stand-in"  # in what the docker_standin_* scripts write on their images
+REPO = Path(__file__).resolve().parents[2]
+# In what the tests/compose/standins scripts write on their images.
+STANDIN_MARK = "tritonbox stand-in"
 
 
 def docker(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> str:
@@ -87,7 +88,7 @@ def _standin(image: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-def base_image(image: str, standin: str = "scripts/docker_standin_base") -> str:
+def base_image(image: str, standin: str = "tests/compose/standins/base") -> str:
     """Make `image` available: as is, pulled, or a stand-in built from the Debian archive by
     `standin` (a script of this repository taking the tag)."""
     try:

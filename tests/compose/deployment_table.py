@@ -24,7 +24,7 @@ class Measured:
     cold_s: float = 0.0
     warm_s: float = 0.0
     total_s: float = 0.0
-    # The PostgreSQL phase (compose.postgres.yaml, API_WORKERS=4; scripts/compose_postgres.py).
+    # The PostgreSQL phase (compose.postgres.yaml, API_WORKERS=4; tests/compose/postgres.py).
     postgres_image: str = "?"
     postgres_up_s: float = 0.0
     postgres_s: float = 0.0

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from scripts.docker_engine import docker
+from tests.compose.docker_engine import docker
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROJECT = "tritonbox-e2e"
 PROMPT = "The capital of France is"
 

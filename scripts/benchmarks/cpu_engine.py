@@ -9,7 +9,7 @@ Measures, in one run on one machine:
   8-wide decode step time measured in-process.
 Writes a Markdown table to docs/benchmark-cpu-engine.md. Usage (from the repo root):
 
-    .venv/bin/python scripts/bench_cpu_engine.py [--tokens 48] [--concurrency 1 4 8 16]
+    scripts/benchmark cpu-engine [--tokens 48] [--concurrency 1 4 8 16]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from tritonbox_triton.render import render_repository
 from tritonbox_triton.server import TritonServer
 from tritonbox_triton.settings import TritonSettings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = [
     "What is the capital of France?",
     "Write a haiku about the sea.",
@@ -199,7 +199,7 @@ def report(rows: list[Row], tokens: int, probe: tuple[float, float, float], thre
     lines = [
         "# CPU engine benchmark",
         "",
-        f"Produced by `scripts/bench_cpu_engine.py` on {time.strftime('%Y-%m-%d')}: "
+        f"Produced by `scripts/benchmark cpu-engine` on {time.strftime('%Y-%m-%d')}: "
         f"{torch.get_num_threads()} torch threads in the benchmark process, engine threads "
         f"{threads or 'all cores'}; SmolLM2-135M-Instruct fp32; {tokens} output tokens per request "
         "(min_tokens = max_tokens); chat prompts of 30-40 tokens. Triton numbers are over gRPC "
@@ -262,7 +262,3 @@ def main() -> int:
     args.output.write_text(report(rows, args.tokens, (ttft, prefill, step), settings.cpu_threads))
     print(args.output.read_text())
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
