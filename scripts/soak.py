@@ -30,7 +30,7 @@ from sqlalchemy import create_engine, select
 from sqlmodel import col
 
 from tritonbox_api.db.models import Prediction
-from tritonbox_api.db.session import settings_url
+from tritonbox_api.db.url import settings_url
 from tritonbox_api.settings import ApiSettings
 from tritonbox_triton.settings import TritonSettings
 

@@ -72,3 +72,54 @@ def test_the_playground_imports_without_the_api_or_triton_stack() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _module_graph(package: str, root: Path) -> dict[str, set[str]]:
+    """Module → the modules of the same package it imports (at any depth in the file, so an
+    import hidden inside a function to dodge a cycle still counts)."""
+    modules = {
+        ".".join((package, *path.relative_to(root).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        ): path
+        for path in root.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # `from pkg.sub import name` imports pkg.sub, or pkg.sub.name when that is a module
+                targets |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for target in sorted(graph[node]):
+            # a package's __init__ is imported along with each of its modules: not an edge back
+            if node.startswith(f"{target}."):
+                continue
+            if found := visit(target, [*path, node]):
+                return found
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if found := visit(start, []):
+            return found
+    return None
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_cycles_inside_a_package(package: str) -> None:
+    cycle = _cycle(_module_graph(package, PACKAGES[package][0]))
+    assert cycle is None, "import cycle: " + " → ".join(cycle or [])

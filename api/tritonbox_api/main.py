@@ -10,7 +10,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from tritonbox_api.body_limit import BodyLimitMiddleware
-from tritonbox_api.db.session import Database, settings_url
+from tritonbox_api.db.session import Database
+from tritonbox_api.db.url import settings_url
 from tritonbox_api.db.workers import WorkerPresence
 from tritonbox_api.deps import Services
 from tritonbox_api.errors import install_error_handlers
