@@ -18,14 +18,6 @@ from tritonbox_api.db.session import Database
 
 
 @pytest.fixture
-def database(database_url: str) -> Iterator[Database]:
-    database = Database(database_url)
-    database.open()
-    yield database
-    database.close()
-
-
-@pytest.fixture
 def session(database: Database) -> Iterator[Session]:
     with database.session() as session:
         yield session
