@@ -25,6 +25,7 @@ BENCHMARKS = {
         "API_WORKERS scaling on SQLite and PostgreSQL (synthetic engine)",
         "benchmark-workers.md",
     ),
+    "idle": ("idle", "CPU of every process of the native stack with no traffic", "idle.md"),
     "cpu-engine": (
         "cpu_engine",
         "the cpu engine's tokens/s against transformers generate() (default model)",

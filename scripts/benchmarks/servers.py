@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from tritonbox_testing.ports import free_ports
 
 from tritonbox_api.settings import ApiSettings
 from tritonbox_triton.render import render_repository
@@ -22,14 +22,6 @@ from tritonbox_triton.settings import TritonSettings
 
 REPO = Path(__file__).resolve().parents[2]
 API_EXECUTABLE = Path(sys.executable).parent / "tritonbox-api"
-
-
-def free_ports(count: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 def start_triton(

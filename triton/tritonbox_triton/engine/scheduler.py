@@ -205,9 +205,11 @@ class InflightBatcher:
                 self._fail_running("internal engine error")
                 busy = False
             if not busy:
+                # Nothing runs or waits: sleep until submit() or stop() notifies, so an idle
+                # engine spends no CPU (stop ids left over expire on the next busy pass).
                 with self._wakeup:
                     if not self._waiting and not self._stopping:
-                        self._wakeup.wait(timeout=0.05)
+                        self._wakeup.wait()
 
     @torch.inference_mode()
     def run_once(self) -> bool:
