@@ -26,6 +26,9 @@ ENGINE_NAME = "gpu-smoke-smollm2-fp16"
 LIMITS = {"MAX_BATCH_SIZE": 8, "MAX_INPUT_LEN": 512, "MAX_OUTPUT_LEN": 256}
 # The engine's LoRA plugin rank: the smoke adapter's (gpu_smoke_adapter.RANK), and MAX_LORA_RANK.
 LORA_RANK = adapter.RANK
+# The smoke checkpoint's sizes (its config.json), for the dry run on a machine without it.
+SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9}
+SMOLLM2 |= {"num_key_value_heads": 3, "head_dim": 64, "num_hidden_layers": 30}
 
 
 def build_arguments() -> list[str]:
@@ -154,6 +157,21 @@ def expected_engine_config(build_flags: list[str]) -> dict[str, object]:
     }
 
 
+def smoke_adapter_rows(folder: Path) -> int:
+    """Write the smoke adapter (the checkpoint's sizes, or SmolLM2-135M's without it) and
+    convert it as the api will: one lora_weights row per (layer, module)."""
+    from tritonbox_common.lora import read_peft_adapter, to_lora_tensors
+
+    config_file = REPO / CHECKPOINT / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else SMOLLM2
+    adapter.write_adapter(folder, adapter.make_weights(config), base_model="smoke-model")
+    peft = read_peft_adapter(folder)
+    if (peft.rank, set(peft.target_modules)) != (adapter.RANK, set(adapter.TARGETS)):
+        raise AssertionError(f"the smoke adapter reads back as {peft}")
+    weights, _ = to_lora_tensors(peft, "float16")
+    return int(weights.shape[0])
+
+
 def offline_checks() -> list[str]:
     """What can be proven without Docker or a GPU; raises on the first inconsistency."""
     build_engine = load_build_engine()
@@ -165,6 +183,7 @@ def offline_checks() -> list[str]:
         (engine / "rank0.engine").write_bytes(b"")
         check_engine(smoke_settings(engine), engine, runtime=TRTLLM_VERSION)
         lora = read_engine_lora(engine)
+        rows = smoke_adapter_rows(Path(folder) / "adapter")
     if lora.max_lora_rank < adapter.RANK or not set(adapter.TARGETS) <= set(lora.hf_modules):
         raise AssertionError(f"the smoke engine cannot serve the smoke adapter: {lora}")
     from pydantic import BaseModel
@@ -185,5 +204,6 @@ def offline_checks() -> list[str]:
         "build_engine.py accepts the smoke build and emits: " + shlex.join(flags),
         "the engine that build describes passes the engine check with the smoke settings",
         f"it serves rank-{adapter.RANK} adapters on {' '.join(lora.hf_modules)}",
+        f"the smoke adapter reads as PEFT and converts to {rows} lora_weights rows",
         f"the api accepts every smoke request ({', '.join(bodies)})",
     ]

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-lora = pytest.importorskip("tritonbox_common.lora", reason="the engine-lora format code")
+from tritonbox_common import lora
 
 LORA = json.loads(Path(__file__).with_name("nvidia_tensorrt_llm_0_20.json").read_text())["lora"]
 # (in, out) of a tiny Llama: hidden 32, 4 heads of 8, 2 KV heads, MLP 48.
