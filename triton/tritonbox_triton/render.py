@@ -127,6 +127,9 @@ def placeholder_values(settings: TritonSettings) -> dict[str, str]:
         # Clients that want the prompt echoed send exclude_input_in_output=false per request.
         "exclude_input_in_output": "true",
     }
+    # The ensemble declares lora_weights as its engine step does: the GPU engine's dtype
+    # (engine_lora.py), float32 for the cpu engine (no half-precision adapters on CPU).
+    values.setdefault("lora_weights_data_type", "TYPE_FP32")
     for key, value in values.items():
         # A quote, backslash or newline would end or corrupt the pbtxt string it lands in.
         if any(char in value for char in '"\\\n\r'):

@@ -17,7 +17,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tritonbox_triton.engine_lora import DEFAULT_TRTLLM_TO_HF, read_engine_lora
-from tritonbox_triton.render import render_repository
+from tritonbox_triton.render import placeholder_values, render_repository
 from tritonbox_triton.settings import TritonSettings
 
 REFERENCE = json.loads(Path(__file__).with_name("nvidia_tensorrt_llm_0_20.json").read_text())
@@ -140,3 +140,12 @@ def test_the_uncached_task_error_is_what_the_api_matches() -> None:
     text = LORA["not_cached_error"].format(task_id=12345)
     assert text == "LoRA task 12345 not found in cache. Please send LoRA weights with request"
     assert "not found in cache" in text
+
+
+def test_every_flavour_names_the_lora_weights_type(
+    cpu: TritonSettings, trtllm: TritonSettings, engine_dir: Path
+) -> None:
+    # The ensemble passes lora_weights through: its type must be the engine step's.
+    assert placeholder_values(cpu)["lora_weights_data_type"] == "TYPE_FP32"
+    with_lora(engine_dir, dtype="bfloat16")
+    assert placeholder_values(trtllm)["lora_weights_data_type"] == "TYPE_BF16"
