@@ -71,7 +71,8 @@ def read_engine_lora(engine_dir: Path) -> EngineLora:
     }
     modules = lora.get("lora_target_modules") or []
     hf = tuple(mapping.get(str(name), str(name)) for name in modules)
-    return EngineLora(rank if isinstance(rank, int) else 0, hf, data_type)
+    # Absent = trtllm-build's default (LoraConfig.max_lora_rank in lora_helper.py).
+    return EngineLora(rank if isinstance(rank, int) else 64, hf, data_type)
 
 
 def lora_values(settings: TritonSettings, engine_dir: Path) -> dict[str, str]:
