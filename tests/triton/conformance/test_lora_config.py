@@ -149,3 +149,15 @@ def test_every_flavour_names_the_lora_weights_type(
     assert placeholder_values(cpu)["lora_weights_data_type"] == "TYPE_FP32"
     with_lora(engine_dir, dtype="bfloat16")
     assert placeholder_values(trtllm)["lora_weights_data_type"] == "TYPE_BF16"
+
+
+def test_the_engines_own_module_mapping_wins(engine_dir: Path) -> None:
+    # A build may carry its own TensorRT-LLM -> HF names (lora_config.trtllm_modules_to_hf_modules).
+    path = with_lora(engine_dir) / "config.json"
+    config = json.loads(path.read_text())
+    lora = config["build_config"]["lora_config"]
+    lora["trtllm_modules_to_hf_modules"] = {"attn_dense": "out_proj"}
+    del lora["max_lora_rank"]  # absent: trtllm-build's default
+    path.write_text(json.dumps(config))
+    engine = read_engine_lora(engine_dir)
+    assert engine.hf_modules[3] == "out_proj" and engine.max_lora_rank == 64
