@@ -8,7 +8,12 @@
 3. Through the api: a greedy answer (repeatable, and starting like transformers' greedy answer
    on the same checkpoint), streaming (chunks add up to the same text), stop words, a chat answer
    that ends its turn, and cancellation of a running prediction.
-4. `docker compose down -v` (unless --keep).
+4. A LoRA adapter made here (scripts/gpu_smoke_adapter.py, written to ./models/gpu-smoke-lora):
+   registered through the api, used twice with `model=<adapter>` (other than the base's answer,
+   starting like transformers' answer with the adapter merged in); then, inside the triton
+   container, NVIDIA's task cache: an unknown lora_task_id alone fails with "not found in
+   cache", the adapter's id alone serves it.
+5. `docker compose down -v` (unless --keep).
 
 Needs Docker with Compose 2.24+, the NVIDIA Container Toolkit and one GPU. `--dry-run` needs none
 of them: it prints the plan and checks it offline (CI runs it: tests/triton/test_gpu_smoke.py).
@@ -17,12 +22,14 @@ of them: it prints the plan and checks it offline (CI runs it: tests/triton/test
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
 # Siblings, not a package.
+import gpu_smoke_adapter as adapters  # noqa: E402
 import gpu_smoke_checks as checks  # noqa: E402
 from gpu_smoke_plan import (  # noqa: E402
     CHECKPOINT,
@@ -88,7 +96,20 @@ def prerequisites() -> None:
         raise SystemExit("gpu_smoke: nvidia-smi lists no GPU")
 
 
-def serve_and_check(api_port: int, playground_port: int, keep: bool, reference: str | None) -> int:
+def in_triton(override: Path, env: dict[str, str]) -> Callable[[str], str]:
+    """Run Python in the smoke stack's triton container; its stdout."""
+
+    def python(script: str) -> str:
+        command = compose(override, "exec", "-T", "triton", "python3", "-c", script)
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+        return done.stdout if done.returncode == 0 else json.dumps({"error": done.stderr})
+
+    return python
+
+
+def serve_and_check(
+    api_port: int, playground_port: int, keep: bool, references: adapters.References
+) -> int:
     import os
 
     import httpx
@@ -106,7 +127,7 @@ def serve_and_check(api_port: int, playground_port: int, keep: bool, reference: 
                 model = api.model()
                 greedy = ""
                 steps = {
-                    "greedy": lambda: checks.check_greedy(api, model, reference),
+                    "greedy": lambda: checks.check_greedy(api, model, references.base),
                     "streaming": lambda: checks.check_streaming(api, model, greedy),
                     "stop words": lambda: checks.check_stop_words(api, model, greedy),
                     "chat end of turn": lambda: checks.check_chat_ends_its_turn(api, model),
@@ -114,6 +135,7 @@ def serve_and_check(api_port: int, playground_port: int, keep: bool, reference: 
                         api, LIMITS["MAX_OUTPUT_LEN"]
                     ),
                 }
+                steps |= adapters.steps(api, in_triton(override, env), references, REPO)
                 for name, step in steps.items():
                     try:
                         result = step()
@@ -122,6 +144,7 @@ def serve_and_check(api_port: int, playground_port: int, keep: bool, reference: 
                         print(f"FAIL {name}: {error}", flush=True)
                         continue
                     greedy = result if name == "greedy" else greedy
+                    references.base_answer = greedy
                     print(f"ok   {name}: {result!r}", flush=True)
         except subprocess.CalledProcessError as error:
             failed += 1
@@ -146,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print("  up:     " + shlex.join(compose(override, "up", "-d", "--build", "--wait")))
     environment = compose_environment(0, 0) | {"API_PORT": "<free>", "PLAYGROUND_PORT": "<free>"}
     print("  env:    " + " ".join(f"{key}={value}" for key, value in environment.items()))
-    print("  checks: " + ", ".join(checks.CHECKS))
+    print("  checks: " + ", ".join([*checks.CHECKS, *adapters.CHECKS]))
     print("  down:   " + shlex.join(compose(override, "down", "-v")))
     if args.dry_run:
         for line in offline_checks():
@@ -161,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rebuild or not (engine / "config.json").is_file():
         run(build_command())
     check_engine(smoke_settings(engine), engine, runtime=TRTLLM_VERSION)
-    reference = None if args.no_reference else reference_greedy(checkpoint)
-    failed = serve_and_check(free_port(), free_port(), args.keep, reference)
+    references = adapters.references(checkpoint, reference_greedy, skip=args.no_reference)
+    failed = serve_and_check(free_port(), free_port(), args.keep, references)
     print("gpu smoke: " + ("passed" if not failed else f"{failed} check(s) failed"))
     return 1 if failed else 0
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tritonbox_common.ensemble import ENGINE_MODEL, ENSEMBLE_MODEL, PIPELINE_MODELS
 from tritonbox_triton.engine_check import EngineCheckError, check_engine
+from tritonbox_triton.engine_lora import lora_values
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,8 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
     engine_dir = settings.engine_dir.resolve()
     values = {"engine_dir": _existing_dir("engine_dir", engine_dir, needs=("config.json",))}
     _check_engine_build(settings, engine_dir)
+    # The adapters the engine's build allows, and its LoRA cache (engine_lora.py).
+    values |= lora_values(settings, engine_dir)
     return values | {
         # The backend reads an empty value as "no token limit, use the memory fraction".
         "max_tokens_in_paged_kv_cache": str(settings.kv_cache_max_tokens or ""),
@@ -124,6 +127,9 @@ def placeholder_values(settings: TritonSettings) -> dict[str, str]:
         # Clients that want the prompt echoed send exclude_input_in_output=false per request.
         "exclude_input_in_output": "true",
     }
+    # The ensemble declares lora_weights as its engine step does: the GPU engine's dtype
+    # (engine_lora.py), float32 for the cpu engine (no half-precision adapters on CPU).
+    values.setdefault("lora_weights_data_type", "TYPE_FP32")
     for key, value in values.items():
         # A quote, backslash or newline would end or corrupt the pbtxt string it lands in.
         if any(char in value for char in '"\\\n\r'):

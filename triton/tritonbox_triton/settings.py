@@ -173,6 +173,34 @@ class TritonSettings(BaseSettings):
         description="synthetic: seconds between two tokens of one request (0 = as fast as "
         "possible).",
     )
+    max_lora_rank: int = Field(
+        default=64,
+        ge=0,
+        le=1024,
+        description="Largest LoRA adapter rank served (0 = adapters off); trtllm: at most the "
+        "engine's --max_lora_rank, and 0 when it was built without the LoRA plugin.",
+    )
+    lora_cache_host_memory_bytes: int = Field(
+        default=2**30,
+        ge=0,
+        description="Host memory for converted LoRA adapters (cpu: the LRU cache's bound; "
+        "trtllm: NVIDIA's lora_cache_host_memory_bytes).",
+    )
+    lora_cache_gpu_memory_fraction: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="trtllm: share of the GPU memory left after the engine and the KV cache that "
+        "the LoRA cache may take (NVIDIA's lora_cache_gpu_memory_fraction); it must hold one "
+        "adapter of MAX_LORA_RANK or the engine fails to load.",
+    )
+    lora_cache_optimal_adapter_size: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="trtllm: the adapter rank NVIDIA's LoRA cache sizes its pages for "
+        "(lora_cache_optimal_adapter_size; at most MAX_LORA_RANK).",
+    )
 
     triton_host: str = Field(
         default="127.0.0.1", description="Address Triton listens on and clients connect to."
