@@ -11,14 +11,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import torch
-from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
+from tritonbox_testing.lora import (
+    ALL,
+    EOS,
+    load_base,
+    lora_inputs,
+    make_adapter,
+    reference_model,
+)
+from tritonbox_testing.lora import reference as peft_reference
 
 from tritonbox_common.errors import RequestError
-from tritonbox_common.lora import read_peft_adapter, task_id, to_lora_tensors
 from tritonbox_triton.engine.lora_cache import LoraCache, LoraResolver
 from tritonbox_triton.engine.lora_layers import EngineAdapter, attach_lora
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
@@ -26,9 +31,7 @@ from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
 from tritonbox_triton.engine.stats import IterationStats
 from tritonbox_triton.engine.words import text_decoder
 
-EOS = 2
 MAX_TOKENS = 20
-ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 ADAPTERS: dict[str, dict[str, Any]] = {
     "qv": {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]},
     "all": {"r": 4, "lora_alpha": 8, "target_modules": ALL, "use_rslora": True},
@@ -36,46 +39,21 @@ ADAPTERS: dict[str, dict[str, Any]] = {
 PROMPTS = ["Name a fruit.", "What is two plus two?", "Say hello.", "Describe the moon."]
 
 
-def load(model_dir: Path) -> Any:
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
 def adapter_dirs(tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """peft adapters with A and B both random: peft's default B=0 would change nothing."""
-    dirs = {}
-    for seed, (name, options) in enumerate(ADAPTERS.items()):
-        torch.manual_seed(seed)
-        peft_model = get_peft_model(load(tokenizer_dir), LoraConfig(**options))
-        with torch.no_grad():
-            for param_name, param in peft_model.named_parameters():
-                if "lora_" in param_name:
-                    param.copy_(torch.randn_like(param) * 0.05)
-        dirs[name] = tmp_path_factory.mktemp(name)
-        peft_model.save_pretrained(str(dirs[name]))
-    return dirs
+    return {
+        name: make_adapter(tokenizer_dir, tmp_path_factory.mktemp(name), seed, **options)
+        for seed, (name, options) in enumerate(ADAPTERS.items())
+    }
 
 
 @pytest.fixture(scope="module")
 def peft_model(tokenizer_dir: Path, adapter_dirs: dict[str, Path]) -> Any:
-    """The reference: one base with every adapter loaded, switched with set_adapter."""
-    model = PeftModel.from_pretrained(load(tokenizer_dir), str(adapter_dirs["qv"]), "qv")
-    model.load_adapter(str(adapter_dirs["all"]), "all")
-    return model.eval()
+    return reference_model(tokenizer_dir, adapter_dirs)
 
 
 def reference(peft_model: Any, prompt: list[int], adapter: str | None) -> list[int]:
-    with torch.inference_mode():
-        kwargs = {"max_new_tokens": MAX_TOKENS, "do_sample": False}
-        if adapter is None:
-            with peft_model.disable_adapter():
-                output = peft_model.generate(input_ids=torch.tensor([prompt]), **kwargs)
-        else:
-            peft_model.set_adapter(adapter)
-            output = peft_model.generate(input_ids=torch.tensor([prompt]), **kwargs)
-    ids = output[0, len(prompt) :].tolist()
-    return ids[:-1] if ids and ids[-1] == EOS else ids
+    return peft_reference(peft_model, prompt, adapter, MAX_TOKENS)
 
 
 class MaxActive:
@@ -96,7 +74,7 @@ class MaxActive:
 def lora_engine(
     tokenizer_dir: Path, tokenizer: PreTrainedTokenizerBase
 ) -> Iterator[tuple[InflightBatcher, LoraResolver, MaxActive]]:
-    model = load(tokenizer_dir)
+    model = load_base(tokenizer_dir)
     rows, dims, layers = attach_lora(model)
     resolver = LoraResolver(LoraCache(1 << 30), dims, layers, max_rank=64)
     observer = MaxActive()
@@ -111,17 +89,6 @@ def lora_engine(
     batcher.start()
     yield batcher, resolver, observer
     batcher.stop()
-
-
-def lora_inputs(folder: Path, *, with_weights: bool = True) -> dict[str, Any]:
-    adapter = read_peft_adapter(folder)
-    tensors: dict[str, Any] = {
-        "lora_task_id": np.array([[task_id(adapter.sha256)]], dtype=np.uint64)
-    }
-    if with_weights:
-        weights, config = to_lora_tensors(adapter, np.float32)
-        tensors |= {"lora_weights": weights[None], "lora_config": config[None]}
-    return tensors
 
 
 def chat_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

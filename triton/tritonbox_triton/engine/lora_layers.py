@@ -130,15 +130,17 @@ def attach_lora(model: nn.Module) -> tuple[LoraRows, dict[str, tuple[int, int]],
     """
     rows = LoraRows()
     dims: dict[str, tuple[int, int]] = {}
-    layers = model.model.layers  # type: ignore[union-attr]
-    for index, layer in enumerate(layers):  # type: ignore[arg-type]
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ValueError(f"attach_lora: {type(model).__name__} has no model.layers (Llama-style)")
+    for index, layer in enumerate(layers):
         for name in LLAMA_MODULES:
-            parent = layer.self_attn if name in ATTENTION else layer.mlp
-            base = getattr(parent, name)
+            parent = getattr(layer, "self_attn" if name in ATTENTION else "mlp", None)
+            base = getattr(parent, name, None)
             if isinstance(base, LoraLinear):  # attached before (a shared test model)
                 raise ValueError("attach_lora: the model already has LoRA layers")
             if not isinstance(base, nn.Linear):
                 raise ValueError(f"attach_lora: layer {index} {name} is not an nn.Linear")
             dims[name] = (base.in_features, base.out_features)
             setattr(parent, name, LoraLinear(base, index, name, rows))
-    return rows, dims, len(layers)  # type: ignore[arg-type]
+    return rows, dims, len(layers)
