@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tritonbox_common.ensemble import ENGINE_MODEL, ENSEMBLE_MODEL, PIPELINE_MODELS
+from tritonbox_common.lora import LLAMA_MODULES
 from tritonbox_triton.engine_check import EngineCheckError, check_engine
 from tritonbox_triton.engine_lora import lora_values
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
@@ -82,7 +83,9 @@ def _check_engine_build(settings: TritonSettings, engine_dir: Path) -> None:
 def _engine_values(settings: TritonSettings) -> dict[str, str]:
     if settings.engine is EngineFlavour.SYNTHETIC:
         # No model: only the pace; the tokenizer (shared with pre/postprocessing) gives its text.
-        return {"synthetic_token_interval_s": str(settings.synthetic_token_interval_s)}
+        return {
+            "synthetic_token_interval_s": str(settings.synthetic_token_interval_s),
+        }
     if settings.engine is EngineFlavour.CPU:
         return {
             "model_dir": _existing_dir(
@@ -90,6 +93,9 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
             ),
             "max_tokens_in_paged_kv_cache": str(settings.kv_cache_max_tokens),
             "cpu_threads": str(settings.cpu_threads),
+            "max_lora_rank": str(settings.max_lora_rank),
+            "lora_target_modules": " ".join(LLAMA_MODULES),  # every Llama projection
+            "lora_cache_host_memory_bytes": str(settings.lora_cache_host_memory_bytes),
         }
     if settings.engine_dir is None:
         raise RenderError("ENGINE_REPOSITORY: required for ENGINE=trtllm")

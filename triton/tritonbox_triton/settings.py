@@ -166,25 +166,27 @@ class TritonSettings(BaseSettings):
     cpu_threads: int = Field(
         default=0, ge=0, le=512, description="cpu: torch threads of the engine (0 = all cores)."
     )
+    max_lora_rank: int = Field(
+        default=64,
+        ge=0,
+        le=1024,
+        description="Largest LoRA adapter rank a request may use (0 = adapters off). cpu: "
+        "checked per request; trtllm: at most the engine's --max_lora_rank (lowered to it with "
+        "a warning), and 0 when it was built without the LoRA plugin.",
+    )
+    lora_cache_host_memory_bytes: int = Field(
+        default=1 << 30,
+        ge=1,
+        description="Host memory for converted LoRA adapters, least recently used evicted first "
+        "(cpu: the engine's LRU cache; trtllm: NVIDIA's lora_cache_host_memory_bytes). An "
+        "evicted adapter's weights are sent again by the api on its next use.",
+    )
     synthetic_token_interval_s: float = Field(
         default=0.0,
         ge=0,
         le=60,
         description="synthetic: seconds between two tokens of one request (0 = as fast as "
         "possible).",
-    )
-    max_lora_rank: int = Field(
-        default=64,
-        ge=0,
-        le=1024,
-        description="Largest LoRA adapter rank served (0 = adapters off); trtllm: at most the "
-        "engine's --max_lora_rank, and 0 when it was built without the LoRA plugin.",
-    )
-    lora_cache_host_memory_bytes: int = Field(
-        default=2**30,
-        ge=0,
-        description="Host memory for converted LoRA adapters (cpu: the LRU cache's bound; "
-        "trtllm: NVIDIA's lora_cache_host_memory_bytes).",
     )
     lora_cache_gpu_memory_fraction: float = Field(
         default=0.05,
