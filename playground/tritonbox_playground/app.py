@@ -30,6 +30,7 @@ from tritonbox_playground.form import (
 from tritonbox_playground.layout import ALL_SOURCES, build_layout, earlier_note
 from tritonbox_playground.layout_parts import named
 from tritonbox_playground.page_load import wire_page_load
+from tritonbox_playground.quiet_queue import quieten
 from tritonbox_playground.runs import ActiveRuns, session_of, stop_run
 from tritonbox_playground.settings import PlaygroundSettings
 
@@ -251,4 +252,5 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
         )
         wire_page_load(demo, page, api)
     demo.queue(default_concurrency_limit=settings.playground_concurrency)
+    quieten(demo)  # no 1 ms poll while idle: quiet_queue.py says why
     return demo
