@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
+from tritonbox_testing.lora import make_adapter
 from tritonbox_testing.playground_process import RunningPlayground
 
 from tritonbox_triton.settings import DEFAULT_MODEL_NAME
@@ -21,25 +22,12 @@ MODEL = Path(__file__).resolve().parents[2] / ".cache" / "models" / DEFAULT_MODE
 PROMPT = "The capital of France is"
 
 
-def make_adapter(folder: Path) -> Path:
-    """A small PEFT LoRA for the default model. init_lora_weights=False: random A and B (peft's
-    default B is zero, an adapter that changes nothing), so its greedy answer differs."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(19)
-    model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
-    config = LoraConfig(
-        r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False
-    )
-    get_peft_model(model, config).save_pretrained(str(folder))
-    return folder
-
-
 @pytest.fixture(scope="module")
 def adapter_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_adapter(tmp_path_factory.mktemp("adapter") / "tiny")
+    # Random A and B (peft's default B = 0 would change nothing): its greedy answer differs.
+    folder = tmp_path_factory.mktemp("adapter") / "tiny"
+    options = dict(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
+    return make_adapter(MODEL, folder, seed=19, init_lora_weights=False, **options)
 
 
 @pytest.fixture
