@@ -41,7 +41,7 @@ class LoraRows:
 
     def __init__(self) -> None:
         self.groups: tuple[EngineAdapter, ...] = ()  # distinct adapters, first-seen order
-        self.row_group: tuple[int, ...] = ()  # per row: index into groups, -1 = base
+        self.row_group = torch.zeros(0, dtype=torch.long)  # per row: its group, -1 = base
         self.version = 0  # bumped whenever the rows change: layers rebuild their masks
         self._key: tuple[int, ...] = ()
 
@@ -58,7 +58,8 @@ class LoraRows:
             if not any(adapter is g for g in groups):
                 groups.append(adapter)
             row_group.append(next(i for i, g in enumerate(groups) if g is adapter))
-        self._key, self.groups, self.row_group = key, tuple(groups), tuple(row_group)
+        self._key, self.groups = key, tuple(groups)
+        self.row_group = torch.tensor(row_group, dtype=torch.long)
         self.version += 1
 
 
@@ -69,7 +70,9 @@ class _Plan:
     groups: tuple[EngineAdapter, ...]  # held, so no adapter here is freed while planned
     a: torch.Tensor | None  # [sum r, in]; None when no adapter here targets this layer
     b: torch.Tensor | None  # [out, sum r]
-    segments: list[tuple[int, int] | None]  # per group: its rank columns, None = not targeted
+    # [groups + 1, 1, sum r]: group g's 0/1 rank columns; the last row (index -1) is all zeros,
+    # a base row's mask.
+    masks: torch.Tensor
 
     def serves(self, groups: tuple[EngineAdapter, ...]) -> bool:
         return len(groups) == len(self.groups) and all(
@@ -102,7 +105,7 @@ class LoraLinear(nn.Module):
         if plan.a is None or plan.b is None:
             return y  # no adapter in this batch targets this layer
         if self._mask_for[0] != rows.version or self._mask_for[1] is not plan:
-            self._mask = self._build_mask(plan, rows.row_group, x.dtype)
+            self._mask = plan.masks[rows.row_group].to(x.dtype)
             self._mask_for = (rows.version, plan)
         hidden = F.linear(x, plan.a) * self._mask
         return y + F.linear(hidden, plan.b)
@@ -113,33 +116,23 @@ class LoraLinear(nn.Module):
                 if index:
                     self._plans.insert(0, self._plans.pop(index))
                 return plan
-        a_parts, b_parts, start = [], [], 0
-        segments: list[tuple[int, int] | None] = []
-        for adapter in groups:
+        a_parts, b_parts, segments, start = [], [], [], 0
+        for group, adapter in enumerate(groups):
             pair = adapter.weights.get(self.key)
-            if pair is None:
-                segments.append(None)
-                continue
-            a_parts.append(pair[0])
-            b_parts.append(pair[1])
-            segments.append((start, start + pair[0].shape[0]))
-            start += pair[0].shape[0]
+            if pair is not None:
+                a_parts.append(pair[0])
+                b_parts.append(pair[1])
+                segments.append((group, start, start + pair[0].shape[0]))
+                start += pair[0].shape[0]
         # One adapter (every prefill, a single-adapter batch): its own tensors, no copy.
         a = a_parts[0] if len(a_parts) == 1 else torch.cat(a_parts) if a_parts else None
         b = b_parts[0] if len(b_parts) == 1 else torch.cat(b_parts, dim=1) if b_parts else None
-        plan = _Plan(groups, a, b, segments)
+        masks = torch.zeros(len(groups) + 1, 1, start)
+        for group, first, end in segments:
+            masks[group, 0, first:end] = 1
+        plan = _Plan(groups, a, b, masks)
         self._plans = [plan, *self._plans[: PLANS_KEPT - 1]]
         return plan
-
-    @staticmethod
-    def _build_mask(plan: _Plan, row_group: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        assert plan.a is not None
-        mask = torch.zeros(len(row_group), 1, plan.a.shape[0], dtype=dtype)
-        for row, group in enumerate(row_group):
-            segment = plan.segments[group] if group >= 0 else None
-            if segment is not None:
-                mask[row, 0, segment[0] : segment[1]] = 1
-        return mask
 
 
 def attach_lora(model: nn.Module) -> tuple[LoraRows, dict[str, tuple[int, int]], int]:
