@@ -50,6 +50,21 @@ class TritonRequestError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class LoraInputs:
+    """A LoRA adapter for one request, as TensorRT-LLM takes it: the task id alone once the
+    engine has cached it, with its `lora_weights` [rows, cols] and `lora_config` [rows, 3] the
+    first time (common/tritonbox_common/lora has the layout)."""
+
+    task_id: int
+    weights: Any = None  # np.ndarray, float32 (sent as `weights_datatype`)
+    config: Any = None  # np.ndarray, int32
+    weights_datatype: str = "FP32"  # the engine's: FP32 on cpu, FP16/BF16 on a GPU engine
+
+    def id_only(self) -> LoraInputs:
+        return LoraInputs(self.task_id, weights_datatype=self.weights_datatype)
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     prompt: str
     max_tokens: int
@@ -65,6 +80,7 @@ class GenerationRequest:
     input_ids: Sequence[int] | None = None
     stop_word_ids: Any = None
     bad_word_ids: Any = None
+    lora: LoraInputs | None = None  # with `input_ids`: the adapter that answers
 
 
 @dataclass(frozen=True)
@@ -129,6 +145,27 @@ def build_engine_inputs(request: GenerationRequest) -> list[InferInput]:
         datatype = SCALAR_INPUTS[name]
         array = np.array([[value]], dtype=_NUMPY_TYPES[datatype])
         inputs.append(_input(ENGINE_INPUT_NAMES.get(name, name), array, datatype))
+    if request.lora is not None:
+        inputs += _lora_inputs(request.lora)
+    return inputs
+
+
+def _weights(array: Any, datatype: str) -> np.ndarray[Any, Any]:
+    if datatype == "BF16":
+        import ml_dtypes  # tritonclient's own dependency; it takes BF16 only in this type
+
+        return np.asarray(array, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    return np.asarray(array, dtype={"FP32": np.float32, "FP16": np.float16}[datatype])
+
+
+def _lora_inputs(lora: LoraInputs) -> list[InferInput]:
+    # Every input carries the batch dimension of 1 (the step's max_batch_size > 0).
+    inputs = [_input("lora_task_id", np.array([[lora.task_id]], dtype=np.uint64), "UINT64")]
+    if lora.weights is not None:
+        weights = _weights(lora.weights, lora.weights_datatype)
+        config = np.asarray(lora.config, dtype=np.int32)
+        inputs.append(_input("lora_weights", weights[np.newaxis], lora.weights_datatype))
+        inputs.append(_input("lora_config", config[np.newaxis], "INT32"))
     return inputs
 
 

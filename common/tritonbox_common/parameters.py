@@ -148,6 +148,9 @@ ADAPTER = Parameter(
     None,
     "A fine-tune of the model (a LoRA adapter registered on the api); none = the base model.",
 )
+# What an adapter may be called: safe in a URL path, a file name and an OpenAI `model` field.
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+AdapterName = Annotated[str, StringConstraints(pattern=ADAPTER_NAME_PATTERN)]
 
 SAMPLING_PARAMETERS = (
     TEMPERATURE,

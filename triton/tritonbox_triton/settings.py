@@ -10,13 +10,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from tritonbox_common.shared_settings import (
+    CACHE_DIR,
     RESOLVED,
     SERVICE_SETTINGS_CONFIG,
     TRITON_GRPC_PORT,
+    CacheDir,
+    HfToken,
     TritonGrpcPort,
     WithoutResolved,
 )
@@ -63,10 +66,7 @@ class TritonSettings(BaseSettings):
         "trtllm = TensorRT-LLM engine on a GPU, synthetic = no model, canned tokens at a fixed "
         "pace (only for benchmarking the api).",
     )
-    cache_dir: Path = Field(
-        default=Path(".cache"),
-        description="Where the default model, the rendered repository and server logs are kept.",
-    )
+    cache_dir: CacheDir = CACHE_DIR
     engine_repository: str | None = Field(
         default=None,
         description="Where the model comes from: a Hugging Face repository id (org/name, "
@@ -84,10 +84,7 @@ class TritonSettings(BaseSettings):
     model_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
     engine_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
     tokenizer_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
-    hf_token: SecretStr | None = Field(
-        default=None,
-        description="Hugging Face token for private or gated repositories (never logged).",
-    )
+    hf_token: HfToken = None
     tritonserver_bin: Path | None = Field(
         default=None,
         description="The tritonserver executable; unset = the one in the nvidia-pytriton wheel "
