@@ -16,6 +16,9 @@ context FMHA), the LoRA plugin unless MAX_LORA_RANK is 0, and the limits of `.en
 (MAX_BATCH_SIZE, MAX_INPUT_LEN, MAX_OUTPUT_LEN, TENSOR_PARALLELISM; flags override) -> the
 tokenizer copied next to the engine, so that ENGINE_REPOSITORY alone serves it -> optionally,
 an upload to a Hugging Face repository.
+
+Longer than 250 lines because it runs alone inside NVIDIA's container, where the project is not
+installed, so its presets and command lines cannot live in other modules.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Each service imports only itself and tritonbox-common, and the playground runs without the
-api's or Triton's stack (its image installs neither)."""
+"""Each service imports only itself and tritonbox-common, the playground runs without the
+api's or Triton's stack (its image installs neither), no package imports itself in a circle, and
+a module longer than ~250 lines says why at its top."""
 
 from __future__ import annotations
 
@@ -123,3 +124,24 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_cycles_inside_a_package(package: str) -> None:
     cycle = _cycle(_module_graph(package, PACKAGES[package][0]))
     assert cycle is None, "import cycle: " + " → ".join(cycle or [])
+
+
+LONG_MODULE_LINES = 260  # "~250": a module past this says why at its top
+LONG_MODULE_REASON = "Longer than 250 lines because"
+
+
+def test_long_modules_say_why_at_their_top() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    unexplained = []
+    for name in tracked:
+        text = (REPO / name).read_text()
+        if text.count("\n") > LONG_MODULE_LINES:
+            docstring = ast.get_docstring(ast.parse(text)) or ""
+            if LONG_MODULE_REASON not in " ".join(docstring.split()):
+                unexplained.append(f"{name} ({text.count(chr(10))} lines)")
+    assert not unexplained, (
+        f"modules over {LONG_MODULE_LINES} lines without '{LONG_MODULE_REASON} …' in their "
+        f"docstring: {unexplained}"
+    )

@@ -5,6 +5,9 @@ turns token ids into exact text, cuts stop words, and then, whatever ended the s
 engine, a stop word, `cancel` from a route, a disconnect, shutdown, an error), runs the clean-up
 once and to its end: the engine's `stop` with a deadline, the row's completion, the concurrency
 slot and the in-flight gauge. Nobody else cancels or completes a prediction.
+
+Longer than 250 lines because one producer owns a prediction from its start to its end (stream, stop
+words, the engine's stop, the row), and its clean-up's guarantees read best in one place.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ before the next step.
 transformers' own continuous batching (`init_continuous_batching`) was not used: its per-request
 settings cover temperature, top-k and top-p only, not penalties, min_tokens, seeds or word
 lists, which every request here may set.
+
+Longer than 250 lines because the batching loop's admission, prefill, decode and cancellation share
+one lock and one state; split, each part would reach into the others'.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ in `tritonbox_triton.engine` and the engine's tokens back into responses shaped 
 tensorrtllm backend (`output_ids` [batch=1, beam=1, tokens], ...). Streaming responses carry only
 the new tokens; every request ends with one response flagged final, so no client waits on an
 empty final response that never comes.
+
+Longer than 250 lines because it maps every NVIDIA `tensorrt_llm` input and output onto the engine
+(the engine itself is tritonbox_triton.engine); Triton's Python backend loads one model.py per
+model.
 """
 
 from __future__ import annotations
