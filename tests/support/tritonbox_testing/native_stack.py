@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
-import re
 import signal
 import sqlite3
 import subprocess
@@ -27,63 +25,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from tritonbox_testing.ports import free_ports
+from tritonbox_testing.processes import (
+    Process,
+    marked_processes,
+    region_prefixes,
+    stub_regions,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 RUN_STACK = REPO / "scripts" / "run_stack.py"
 MARK_VARIABLE = "TRITONBOX_TEST_STACK"
 SHM = Path("/dev/shm")
-STUB = "triton_python_backend_stub"
-
-
-@dataclass(frozen=True)
-class Process:
-    pid: int
-    state: str  # /proc/PID/stat's state: R, S, Z (a zombie), ...
-    command: str
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:  # gone meanwhile, or not ours to read
-        return b""
-
-
-def marked_processes(mark: str) -> list[Process]:
-    """Processes whose command line or environment holds `mark` (this process excluded)."""
-    needle = mark.encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        command = _read(entry / "cmdline")
-        if needle not in command and needle not in _read(entry / "environ"):
-            continue
-        stat = _read(entry / "stat").decode(errors="replace")
-        state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
-        if state in ("", "?"):
-            continue  # it ended between the two reads
-        text = command.replace(b"\0", b" ").decode(errors="replace").strip()
-        found.append(Process(int(entry.name), state, text))
-    return found
-
-
-def stub_regions(processes: list[Process]) -> set[str]:
-    """The shared-memory regions the Python-backend stubs among `processes` use (the stub's
-    second argument, after the model's path)."""
-    regions = set()
-    for process in processes:
-        words = process.command.split()
-        if words and words[0].endswith(STUB) and len(words) > 2:
-            regions.add(words[2])
-    return regions
-
-
-def region_prefixes(processes: list[Process]) -> set[str]:
-    """The region prefixes the tritonservers among `processes` were given."""
-    return set(re.findall(r"shm-region-prefix-name=(\S+)", " ".join(p.command for p in processes)))
 
 
 def env_without_settings() -> dict[str, str]:
@@ -269,54 +222,6 @@ class NativeStack:
             row = db.execute("select status from prediction where id = ?", (prediction_id,))
             found = row.fetchone()
         return str(found[0]) if found else "(no row)"
-
-
-class Generation:
-    """A streamed prediction through the api, read on a thread until the stream ends."""
-
-    def __init__(self, api: str, max_tokens: int = 480) -> None:
-        self.id = ""
-        self.chunks = 0
-        self.lines: list[str] = []
-        self.started = threading.Event()
-        self.error: BaseException | None = None
-        body = {
-            "input": {
-                "prompt": "Tell a very long story about the sea.",
-                "max_tokens": max_tokens,
-                "min_tokens": max_tokens,  # no early end of sequence
-            },
-            "stream": True,
-        }
-        self._thread = threading.Thread(target=self._read, args=(api, body), daemon=True)
-        self._thread.start()
-
-    def _read(self, api: str, body: dict[str, object]) -> None:
-        try:
-            with httpx.stream("POST", f"{api}/v1/predictions", json=body, timeout=120) as r:
-                self.id = r.headers.get("x-prediction-id", "")
-                for line in r.iter_lines():
-                    if len(self.lines) < 20:
-                        self.lines.append(f"{r.status_code} {line}")
-                    if line.startswith("data: ") and not line.startswith("data: {"):
-                        self.chunks += 1
-                        if self.chunks >= 2:  # generating, not only admitted
-                            self.started.set()
-        except (httpx.HTTPError, json.JSONDecodeError) as error:
-            self.error = error
-        finally:
-            self.started.set()
-
-    def wait_started(self, timeout_s: float = 120) -> None:
-        assert self.started.wait(timeout_s), "the generation did not start"
-        assert self.id and self.chunks >= 2, (self.id, self.lines, self.error)
-
-
-def warm(api: str) -> None:
-    """One short greedy answer: the engine is loaded and has run a request."""
-    body = {"prompt": "The capital of France is", "max_tokens": 2, "temperature": 0}
-    answer = httpx.post(f"{api}/predict", json=body | {"stream": False}, timeout=300).json()
-    assert answer["status"] == "succeeded", answer
 
 
 @contextlib.contextmanager

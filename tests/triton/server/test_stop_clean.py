@@ -14,23 +14,21 @@ the process table and /dev/shm as it found them.
 from __future__ import annotations
 
 import os
-import re
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from tritonbox_testing.native_stack import Generation, NativeStack, native_stack, warm
+from tritonbox_testing.native_stack import NativeStack, native_stack
+from tritonbox_testing.processes import marked_processes
+from tritonbox_testing.stack_traffic import ActiveRequests, Generation, warm
 
 from tritonbox_triton.prepare_model import prepare_default_model
 from tritonbox_triton.settings import DEFAULT_MODEL_NAME
 
 REPO = Path(__file__).resolve().parents[3]
 WITHIN_S = 10.0
-ACTIVE = re.compile(r'^nv_trt_llm_request_metrics\{[^}]*request_type="active"[^}]*\} (\S+)$', re.M)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,32 +42,12 @@ def stack(tmp_path: Path) -> Iterator[NativeStack]:
         yield running
 
 
-class ActiveRequests:
-    """Polls Triton's count of the engine's active requests until Triton no longer answers:
-    the last value seen is the engine's state just before Triton went away."""
-
-    def __init__(self, url: str) -> None:
-        self.last: float | None = None
-        self._thread = threading.Thread(target=self._poll, args=(url,), daemon=True)
-        self._thread.start()
-
-    def _poll(self, url: str) -> None:
-        while True:
-            try:
-                found = ACTIVE.search(httpx.get(url, timeout=1).text)
-            except httpx.HTTPError:
-                return
-            if found:
-                self.last = float(found.group(1))
-            time.sleep(0.05)
-
-    def settle(self) -> float | None:
-        self._thread.join(WITHIN_S)
-        return self.last
-
-
-def generating(stack: NativeStack, *, background: bool = False) -> Generation:
-    """The stack, ready, its engine warm, and a long prediction streaming."""
+def generating(
+    stack: NativeStack, *, background: bool = False, playground: bool = False
+) -> Generation:
+    """The stack, ready, its engine warm, and a long prediction streaming. The playground only
+    where it is asked for: its start costs seconds of CPU, and how it stops does not vary."""
+    stack.without = () if playground else ("playground",)
     stack.start(background=background)
     stack.wait_ready()
     warm(stack.api)
@@ -82,6 +60,7 @@ def assert_clean(stack: NativeStack, stopped_at: float) -> None:
     left = stack.leftovers(stopped_at, WITHIN_S)
     assert not left, f"{left}\n{stack.log_tail()}"
     assert stack.regions, "the stubs' shared memory was never seen: nothing was checked"
+    print(f"nothing left {left.after_s:.1f} s after the stop")
 
 
 def assert_row_ended(stack: NativeStack, generation: Generation) -> str:
@@ -97,14 +76,14 @@ def pid_of_triton_launcher(stack: NativeStack) -> int:
 def test_ctrl_c_stops_the_engine_then_everything(stack: NativeStack) -> None:
     """A terminal's Ctrl-C (SIGINT to the foreground process group): the api cancels the
     prediction and the engine stops it while Triton still serves; then all of it leaves."""
-    generation = generating(stack)
+    generation = generating(stack, playground=True)
     active = ActiveRequests(stack.metrics)
     stopped_at = time.monotonic()
     assert stack.process is not None
     os.killpg(stack.process.pid, signal.SIGINT)
     assert_clean(stack, stopped_at)
     assert stack.process.returncode == 0
-    assert active.settle() == 0, "Triton went away while the engine was still generating"
+    assert active.settle(WITHIN_S) == 0, "Triton went away while the engine was still generating"
     assert assert_row_ended(stack, generation) == "canceled"
 
 
@@ -121,7 +100,7 @@ def test_sigterm_to_a_background_start(stack: NativeStack) -> None:
 
 def test_the_supervisor_killed(stack: NativeStack) -> None:
     """SIGKILL of run_stack.py: the services are told by the kernel (parent-death signal)."""
-    generation = generating(stack)
+    generation = generating(stack, playground=True)
     stopped_at = time.monotonic()
     assert stack.process is not None
     stack.process.kill()
@@ -174,6 +153,11 @@ def shm_names() -> set[str]:
     return {path.name for path in Path("/dev/shm").iterdir()}
 
 
+def checkout_processes() -> set[int]:
+    """This checkout's processes (their command line names it), zombies aside."""
+    return {p.pid for p in marked_processes(str(REPO)) if p.state != "Z"}
+
+
 @pytest.mark.skipif(
     not os.environ.get("TRITONBOX_STOP_LOOP"), reason="the slow loop: TRITONBOX_STOP_LOOP=N"
 )
@@ -185,15 +169,18 @@ def test_start_traffic_stop_loop(tmp_path: Path) -> None:
     for round_ in range(rounds):
         for name, stop in WAYS.items():
             with native_stack(tmp_path / f"{round_}-{name}") as stack:
-                before = shm_names()
-                generation = generating(stack, background=name == "sigterm")
+                before, found = shm_names(), checkout_processes()
+                generation = generating(stack, background=name == "sigterm", playground=True)
                 stopped_at = time.monotonic()
                 stop(stack)
                 left = stack.leftovers(stopped_at, WITHIN_S)
+                # Other checkouts' servers come and go in /dev/shm meanwhile: only this stack's
+                # regions count, and this checkout's processes.
                 new_shm = (shm_names() - before) & (stack.regions | set(stack.shared_memory()))
+                new_processes = checkout_processes() - found
                 status = stack.row_status(generation.id)
                 report.append(f"{round_} {name}: {left.after_s:.1f} s, row {status}")
                 print(report[-1], flush=True)
-                assert not left and not new_shm, f"{name}: {left} {new_shm}"
+                assert not left and not new_shm and not new_processes, (name, left, new_shm)
                 assert status in {"canceled", "failed"}, status
     print("\n".join(report))
