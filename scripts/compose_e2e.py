@@ -36,6 +36,7 @@ from scripts.compose_stack import (
     predict,
     stored,
 )
+from scripts.compose_stop_checks import stop_phase
 from scripts.docker_build_env import bridge_gateway, serving
 from scripts.docker_engine import (
     Engine,
@@ -151,6 +152,7 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> bool:
     checks.check("playground page", lambda: page(f"{stack.playground}/", "gradio"))
     checks.check("closed by default", lambda: closed_by_default(stack))
     checks.check("secrets stay hidden", lambda: secrets_stay_hidden(stack))
+    stop_phase(checks, stack)  # issue 23: triton stopped and crashed, then serving again
     measured.memory = stack.memory(SERVICES)
     print("memory: " + ", ".join(f"{s} {m}" for s, m in measured.memory.items()), flush=True)
     checks.check("restart api", lambda: stack.compose("restart", "api") and stack.up() and None)
