@@ -97,8 +97,8 @@ class TritonServer:
     def start(self) -> None:
         """Start the server (no-op while it runs); output goes to `log_path`, truncated first.
 
-        Call it from a thread that outlives the server: the child is told to stop when the
-        thread that forked it ends.
+        Call it from a thread that outlives the server: the kernel kills the server when the
+        thread that forked it ends (so a launcher killed outright leaves no server behind).
         """
         if self.is_alive():
             return
