@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-# The helpers as `scripts.…` (as mypy names them); the repo root only for these imports, since
+# The helpers as `tests.compose.…` (as mypy names them); the repo root only for these imports, since
 # its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1).
 sys.path.append(str(Path(__file__).resolve().parents[2]))
 from tests.compose.deployment_table import Measured, table, write_benchmark
@@ -44,6 +44,7 @@ from tests.compose.stack import (
     predict,
     stored,
 )
+from tests.compose.stop_checks import stop_phase
 
 SERVICES = ("triton", "api", "playground")
 
@@ -151,6 +152,7 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> bool:
     checks.check("playground page", lambda: page(f"{stack.playground}/", "gradio"))
     checks.check("closed by default", lambda: closed_by_default(stack))
     checks.check("secrets stay hidden", lambda: secrets_stay_hidden(stack))
+    stop_phase(checks, stack)  # issue 23: triton stopped and crashed, then serving again
     measured.memory = stack.memory(SERVICES)
     print("memory: " + ", ".join(f"{s} {m}" for s, m in measured.memory.items()), flush=True)
     checks.check("restart api", lambda: stack.compose("restart", "api") and stack.up() and None)

@@ -147,6 +147,18 @@ def test_containers_are_hardened(gpu: dict[str, Any], cpu: dict[str, Any]) -> No
             assert "/tmp" in service["tmpfs"], name
 
 
+def test_triton_stops_and_crashes_cleanly(gpu: dict[str, Any], cpu: dict[str, Any]) -> None:
+    """An init reaps what a crashed tritonserver leaves, and `docker stop` waits longer than the
+    launcher's own stop (issue 23; tests/compose/stop_checks.py runs both for real)."""
+    from tritonbox_triton.server import STOP_GRACE_S
+
+    for model in (gpu, cpu):
+        triton = model["services"]["triton"]
+        assert triton["init"] is True
+        assert float(triton["stop_grace_period"].removesuffix("s")) > STOP_GRACE_S + 5
+        assert triton["restart"] == "unless-stopped"
+
+
 def test_published_ports_follow_the_settings(project: Path) -> None:
     model = resolved(project, env=GPU_ENV | {"API_PORT": "9080", "PLAYGROUND_PORT": "9860"})
     assert model["services"]["api"]["ports"][0]["published"] == "9080"
