@@ -10,7 +10,6 @@ adapter answer opens with "Ahoy, matey!" and no base answer does. Usage (from th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 REPO = Path(__file__).resolve().parent.parent
 sys.path.append(str(REPO))
 from scripts.demo_adapter_data import OPENER, UNSEEN_PROMPTS  # noqa: E402
-from scripts.train_demo_adapter import DEFAULT_MODEL, DEFAULT_OUTPUT  # noqa: E402
+from scripts.train_demo_adapter import DEFAULT_MODEL, DEFAULT_OUTPUT, idle_cores  # noqa: E402
 
 sys.path.remove(str(REPO))
 
@@ -41,7 +40,7 @@ def main() -> int:
     parser.add_argument("--adapter", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--max-tokens", type=int, default=40)
-    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--threads", type=int, default=idle_cores())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)

@@ -201,13 +201,15 @@ def examples() -> list[dict[str, list[dict[str, str]]]]:
         pairs.append((question, f"Here be three {topic}: {a}, {b} and {c}."))
     pairs += [(q, a) for q, a in CHATS]
     rng = random.Random(SEED)
-    for _ in range(40):
+    sums: dict[str, str] = {}  # 40 different sums and products, each asked once
+    while len(sums) < 40:
         x, y = rng.randint(2, 60), rng.randint(2, 40)
         if rng.random() < 0.5:
-            pairs.append((f"What is {x} plus {y}?", f"{x} plus {y} be {x + y}, matey."))
+            sums[f"What is {x} plus {y}?"] = f"{x} plus {y} be {x + y}, matey."
         else:
             x, y = x % 13 + 2, y % 11 + 2
-            pairs.append((f"What is {x} times {y}?", f"{x} times {y} be {x * y}, me hearty."))
+            sums[f"What is {x} times {y}?"] = f"{x} times {y} be {x * y}, me hearty."
+    pairs += sums.items()
     rng.shuffle(pairs)
     return [
         {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": answer}]}
