@@ -1,0 +1,178 @@
+"""scripts/bench_lora.py's bookkeeping: batches, their summary and the Markdown page
+(docs/benchmark-lora.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BASE, MIXED = "bare base", "4 adapters"
+TARGET_RATIO, TARGET_LOAD_S = 0.8, 1.0
+
+
+@dataclass
+class Batch:
+    """One batch of concurrent requests: on a path, all on the base or spread over adapters."""
+
+    path: str  # "Triton gRPC" or "api"
+    mix: str  # BASE or MIXED
+    repeat: int
+    wall_s: float
+    samples: list[tuple[float, int]]  # (TTFT s, output tokens) per request
+    others_cores: float  # cores every process but ours used meanwhile (/proc): the noise
+    ours_cores: float = 0.0  # cores tritonserver, the api and this client used
+
+    @property
+    def tokens(self) -> int:
+        return sum(count for _, count in self.samples)
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.wall_s
+
+    @property
+    def ttft_p50_ms(self) -> float:
+        return statistics.median(t for t, _ in self.samples) * 1000
+
+    def line(self) -> str:
+        return (
+            f"{self.path:<12} {self.mix:<10} #{self.repeat}: {self.tok_s:6.1f} tok/s, TTFT p50 "
+            f"{self.ttft_p50_ms:6.0f} ms, ours {self.ours_cores:.2f} cores, others "
+            f"{self.others_cores:.2f}"
+        )
+
+
+@dataclass
+class LoadTime:
+    label: str
+    size_bytes: int
+    seconds: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Summary:
+    tok_s: float  # median batch
+    per_batch: list[float]
+    ttft_p50_ms: float  # over every request of the batches
+    others_cores: float  # mean over the batches
+
+
+def summarise(batches: list[Batch]) -> Summary:
+    rates = [b.tok_s for b in batches]
+    ttft = [t * 1000 for b in batches for t, _ in b.samples]
+    others = statistics.fmean(b.others_cores for b in batches)
+    return Summary(statistics.median(rates), rates, statistics.median(ttft), others)
+
+
+def paired_ratios(batches: list[Batch], path: str) -> list[float]:
+    """MIXED / BASE throughput of each repeat, the two batches measured back to back."""
+    by = {(b.mix, b.repeat): b for b in batches if b.path == path}
+    return [
+        by[(MIXED, r)].tok_s / by[(BASE, r)].tok_s
+        for r in sorted({r for _, r in by})
+        if (MIXED, r) in by and (BASE, r) in by
+    ]
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _verdict(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def report(
+    batches: list[Batch], loads: list[LoadTime], setup: dict[str, str], load: tuple[float, float]
+) -> str:
+    """The page. `setup`: command, elapsed, engine, workload and adapters, in words."""
+    paths = list(dict.fromkeys(b.path for b in batches))
+    out = [
+        "# LoRA adapters benchmark (cpu engine)",
+        "",
+        f"Produced by `{setup['command']}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        f" in {setup['elapsed']} (measuring only). Every row comes from the same run.",
+        "",
+        f"- **Machine**: {_cpu_model()}, {os.cpu_count()} cores, shared with other work: load "
+        f"average {load[0]:.2f} before, {load[1]:.2f} after. Each batch's row says how many "
+        "cores every other process used meanwhile (/proc/stat minus tritonserver, the api and "
+        "this client): the noise beside the number.",
+        f"- **Engine**: {setup['engine']}",
+        f"- **Workload**: {setup['workload']}",
+        f"- **Adapters**: {setup['adapters']}",
+        "",
+        "## Every batch, in the order measured",
+        "",
+        "| path | requests on | repeat | output tok/s | TTFT p50 ms | ours (cores) "
+        "| others (cores) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for b in batches:
+        out.append(
+            f"| {b.path} | {b.mix} | {b.repeat} | {b.tok_s:.1f} | {b.ttft_p50_ms:.0f} | "
+            f"{b.ours_cores:.2f} | {b.others_cores:.2f} |"
+        )
+    out += [
+        "",
+        "## Summary",
+        "",
+        "| path | requests on | output tok/s, median (each batch) | × base | TTFT p50 ms "
+        "| others (cores, mean) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    ratios: dict[str, float] = {}
+    for path in paths:
+        s = {
+            m: summarise([b for b in batches if (b.path, b.mix) == (path, m)])
+            for m in (BASE, MIXED)
+        }
+        ratios[path] = s[MIXED].tok_s / s[BASE].tok_s
+        for mix in (BASE, MIXED):
+            r = s[mix]
+            each = ", ".join(f"{v:.1f}" for v in r.per_batch)
+            out.append(
+                f"| {path} | {mix} | {r.tok_s:.1f} ({each}) | {r.tok_s / s[BASE].tok_s:.2f} | "
+                f"{r.ttft_p50_ms:.0f} | {r.others_cores:.2f} |"
+            )
+    out += [
+        "",
+        "## Adapter load time from disk",
+        "",
+        "`read_peft_adapter` (adapter_config.json + adapter_model.safetensors, numpy) + "
+        "`to_lora_tensors` (TensorRT-LLM's `lora_weights` / `lora_config`), in this process, "
+        "files in the page cache (written just before).",
+        "",
+        "| adapter | safetensors MB | median ms | min ms | max ms | runs |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for lt in loads:
+        ms = [t * 1000 for t in lt.seconds]
+        out.append(
+            f"| {lt.label} | {lt.size_bytes / 1e6:.1f} | {statistics.median(ms):.0f} | "
+            f"{min(ms):.0f} | {max(ms):.0f} | {len(ms)} |"
+        )
+    out += ["", "## Targets", ""]
+    for path in paths:
+        pairs = ", ".join(f"{v:.2f}" for v in paired_ratios(batches, path))
+        ok = round(ratios[path], 2) >= TARGET_RATIO  # judged as shown: 0.7999 reads 0.80
+        out.append(
+            f"- {path}: 4 adapters vs the bare base ≥ {TARGET_RATIO}× throughput: "
+            f"{_verdict(ok)} — {ratios[path]:.2f}× (medians; each repeat's back-to-back pair: "
+            f"{pairs})."
+        )
+    for lt in loads:
+        median = statistics.median(lt.seconds)
+        out.append(
+            f"- Load of {lt.label} ≤ {TARGET_LOAD_S:.0f} s: "
+            f"{_verdict(median <= TARGET_LOAD_S)} — {median * 1000:.0f} ms (median)."
+        )
+    return "\n".join([*out, "", *setup.get("notes", "").splitlines()]).rstrip() + "\n"
