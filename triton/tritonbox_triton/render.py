@@ -7,6 +7,7 @@ every value is checked before anything is written.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tritonbox_common.ensemble import ENGINE_MODEL, ENSEMBLE_MODEL, PIPELINE_MODELS
+from tritonbox_common.lora import LLAMA_MODULES
 from tritonbox_triton.engine_check import EngineCheckError, check_engine
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
 
@@ -78,17 +80,39 @@ def _check_engine_build(settings: TritonSettings, engine_dir: Path) -> None:
         raise RenderError(str(error)) from None
 
 
+# TensorRT-LLM takes lora_weights in the engine's own dtype (loraUtils.cpp: "Expected lora
+# weights to be the same data type as base model"); the ensemble's input must declare the same.
+_LORA_WEIGHTS_TYPES = {"float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "float32": "TYPE_FP32"}
+
+
+def _engine_lora_weights_type(engine_dir: Path) -> str:
+    try:
+        pretrained = json.loads((engine_dir / "config.json").read_text()).get("pretrained_config")
+    except (OSError, ValueError, AttributeError):
+        pretrained = None
+    dtype = pretrained.get("dtype") if isinstance(pretrained, dict) else None
+    # An engine config without a dtype: TensorRT-LLM's default build dtype.
+    return _LORA_WEIGHTS_TYPES.get(str(dtype or "float16"), "TYPE_FP16")
+
+
 def _engine_values(settings: TritonSettings) -> dict[str, str]:
     if settings.engine is EngineFlavour.SYNTHETIC:
         # No model: only the pace; the tokenizer (shared with pre/postprocessing) gives its text.
-        return {"synthetic_token_interval_s": str(settings.synthetic_token_interval_s)}
+        return {
+            "synthetic_token_interval_s": str(settings.synthetic_token_interval_s),
+            "lora_weights_data_type": "TYPE_FP32",
+        }
     if settings.engine is EngineFlavour.CPU:
         return {
+            "lora_weights_data_type": "TYPE_FP32",
             "model_dir": _existing_dir(
                 "model_dir", settings.resolved_model_dir, needs=("config.json",)
             ),
             "max_tokens_in_paged_kv_cache": str(settings.kv_cache_max_tokens),
             "cpu_threads": str(settings.cpu_threads),
+            "max_lora_rank": str(settings.max_lora_rank),
+            "lora_target_modules": " ".join(LLAMA_MODULES),  # every Llama projection
+            "lora_cache_host_memory_bytes": str(settings.lora_cache_host_memory_bytes),
         }
     if settings.engine_dir is None:
         raise RenderError("ENGINE_REPOSITORY: required for ENGINE=trtllm")
@@ -96,6 +120,7 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
     values = {"engine_dir": _existing_dir("engine_dir", engine_dir, needs=("config.json",))}
     _check_engine_build(settings, engine_dir)
     return values | {
+        "lora_weights_data_type": _engine_lora_weights_type(engine_dir),
         # The backend reads an empty value as "no token limit, use the memory fraction".
         "max_tokens_in_paged_kv_cache": str(settings.kv_cache_max_tokens or ""),
         "kv_cache_free_gpu_mem_fraction": str(settings.kv_cache_free_gpu_mem_fraction),

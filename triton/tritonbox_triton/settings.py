@@ -166,6 +166,20 @@ class TritonSettings(BaseSettings):
     cpu_threads: int = Field(
         default=0, ge=0, le=512, description="cpu: torch threads of the engine (0 = all cores)."
     )
+    max_lora_rank: int = Field(
+        default=64,
+        ge=0,
+        le=1024,
+        description="Largest LoRA adapter rank a request may use (0 = adapters disabled). cpu: "
+        "checked per request; trtllm: must not exceed the engine's --max_lora_rank.",
+    )
+    lora_cache_host_memory_bytes: int = Field(
+        default=1 << 30,
+        ge=1,
+        description="Host memory for converted LoRA adapters, least recently used evicted first "
+        "(TensorRT-LLM's lora_cache_host_memory_bytes). An evicted adapter's weights are sent "
+        "again by the api on its next use.",
+    )
     synthetic_token_interval_s: float = Field(
         default=0.0,
         ge=0,

@@ -25,6 +25,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from .kv_batch import BatchedKVCache
+from .lora_layers import EngineAdapter, LoraRows
 from .params import EngineLimits, SamplingParams
 from .sampling import SequenceState, choose_token
 from .stats import IterationStats
@@ -90,6 +91,8 @@ class EngineRequest:
     stop_words: list[list[int]]
     bad_words: list[list[int]]
     request_id: str = ""
+    # Held until the request finishes, so an adapter evicted from the cache meanwhile stays.
+    lora: EngineAdapter | None = None
 
     @property
     def reserved_tokens(self) -> int:
@@ -114,8 +117,11 @@ class InflightBatcher:
         max_batch_size: int,
         max_queue_size: int = 0,
         observer: EngineObserver | None = None,
+        lora_rows: LoraRows | None = None,
     ) -> None:
         self._model = model
+        # Set before every forward pass: which adapter each row uses (attach_lora's layers).
+        self._lora_rows = lora_rows
         self._decode = decode
         self._limits = limits
         self._max_batch_size = max_batch_size
@@ -300,6 +306,8 @@ class InflightBatcher:
 
     def _prefill(self, request: EngineRequest) -> None:
         cache = DynamicCache(config=self._model.config)
+        if self._lora_rows is not None:
+            self._lora_rows.use([request.lora])
         output = self._model(
             input_ids=torch.tensor([request.prompt]),
             past_key_values=cache,
@@ -321,6 +329,8 @@ class InflightBatcher:
     def _decode_step(self) -> None:
         mask, positions = self._kv.decode_inputs()
         last = torch.tensor([[run.state.generated[-1]] for run in self._running])
+        if self._lora_rows is not None:
+            self._lora_rows.use([run.request.lora for run in self._running])
         output = self._model(
             input_ids=last,
             attention_mask=mask,

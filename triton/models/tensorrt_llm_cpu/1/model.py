@@ -21,6 +21,8 @@ import triton_python_backend_utils as pb_utils
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tritonbox_common.word_lists import decode_word_list
+from tritonbox_triton.engine.lora_cache import LORA_INPUTS, LoraCache, LoraResolver
+from tritonbox_triton.engine.lora_layers import LoraRows, attach_lora
 from tritonbox_triton.engine.params import (
     EngineLimits,
     RequestError,
@@ -199,6 +201,7 @@ class TritonPythonModel:
         )
         self._limits = EngineLimits(max_input_len, max_output_len, kv_tokens)
         self._exclude_input = params["exclude_input_in_output"].lower() == "true"
+        lora_rows = self._init_lora(model, params)
         self._end_id = int(self._tokenizer.eos_token_id)
         pad = self._tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else self._end_id
@@ -209,6 +212,7 @@ class TritonPythonModel:
             max_batch_size=max_batch_size,
             max_queue_size=int(params.get("max_queue_size", "0")),
             observer=TritonMetrics(args["model_name"], args["model_version"]),
+            lora_rows=lora_rows,
         )
         self._engine.start()
         pb_utils.Logger.log_info(
@@ -216,9 +220,26 @@ class TritonPythonModel:
             f"decoupled={self._decoupled}"
         )
 
+    def _init_lora(self, model: Any, params: dict[str, str]) -> LoraRows | None:
+        """Wrap the model's projections for per-row adapters unless max_lora_rank is 0."""
+        max_rank = int(params.get("max_lora_rank", "0"))
+        cache = LoraCache(int(params.get("lora_cache_host_memory_bytes", str(1 << 30))))
+        rows = None
+        dims: dict[str, tuple[int, int]] = {}
+        layers = 0
+        if max_rank > 0:
+            try:
+                rows, dims, layers = attach_lora(model)
+            except ValueError as error:  # not a Llama-shaped model: serve it without adapters
+                pb_utils.Logger.log_warn(f"LoRA adapters disabled: {error}")
+                max_rank = 0
+        # With max_rank 0 a request that names an adapter is refused, never served as base.
+        self._lora = LoraResolver(cache, dims, layers, max_rank)
+        return rows
+
     def _submit(self, request: Any, sender: Any) -> None:
         tensors: dict[str, np.ndarray] = {}
-        for name in ("input_ids", *OPTIONAL_INPUTS):
+        for name in ("input_ids", *OPTIONAL_INPUTS, *LORA_INPUTS):
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             if tensor is not None:
                 tensors[name] = tensor.as_numpy()
@@ -239,6 +260,8 @@ class TritonPythonModel:
             )
             stop_words = _word_list(tensors, "stop_words_list")
             bad_words = _word_list(tensors, "bad_words_list")
+            # Converting new weights happens here, on Triton's thread, not in the engine loop.
+            lora = self._lora.resolve(tensors)
         except (RequestError, ValueError) as error:
             sender.send(
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))), flags=FINAL
@@ -254,6 +277,7 @@ class TritonPythonModel:
                 stop_words=stop_words,
                 bad_words=bad_words,
                 request_id=request.request_id(),
+                lora=lora,
             )
         )
 

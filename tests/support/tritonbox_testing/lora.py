@@ -1,0 +1,69 @@
+"""Small random LoRA adapters for the default model, made with peft at test time, and the
+transformers + peft greedy reference the engine must reproduce."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM
+
+from tritonbox_common.lora import read_peft_adapter, task_id, to_lora_tensors
+
+EOS = 2
+ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def load_base(model_dir: Path) -> Any:
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def make_adapter(model_dir: Path, folder: Path, seed: int, **options: Any) -> Path:
+    """A peft adapter with A and B both random: peft's default B = 0 would change nothing."""
+    torch.manual_seed(seed)
+    peft_model = get_peft_model(load_base(model_dir), LoraConfig(**options))
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_" in name:
+                param.copy_(torch.randn_like(param) * 0.05)
+    peft_model.save_pretrained(str(folder))
+    return folder
+
+
+def reference_model(model_dir: Path, adapters: dict[str, Path]) -> Any:
+    """One base with every adapter loaded under its name (switched by `reference`)."""
+    names = iter(adapters.items())
+    first, folder = next(names)
+    model = PeftModel.from_pretrained(load_base(model_dir), str(folder), first)
+    for name, path in names:
+        model.load_adapter(str(path), name)
+    return model.eval()
+
+
+def reference(
+    peft_model: Any, prompt: list[int], adapter: str | None, max_tokens: int
+) -> list[int]:
+    """Greedy `generate()` with `adapter` (None = the bare base), without the final eos."""
+    kwargs = {"max_new_tokens": max_tokens, "do_sample": False}
+    with torch.inference_mode():
+        if adapter is None:
+            with peft_model.disable_adapter():
+                output = peft_model.generate(input_ids=torch.tensor([prompt]), **kwargs)
+        else:
+            peft_model.set_adapter(adapter)
+            output = peft_model.generate(input_ids=torch.tensor([prompt]), **kwargs)
+    ids = output[0, len(prompt) :].tolist()
+    return ids[:-1] if ids and ids[-1] == EOS else ids
+
+
+def lora_inputs(folder: Path, *, with_weights: bool = True) -> dict[str, np.ndarray[Any, Any]]:
+    """The tensorrt_llm step's LoRA tensors for `folder` (batch dim 1), fp32 as the cpu engine."""
+    adapter = read_peft_adapter(folder)
+    tensors = {"lora_task_id": np.array([[task_id(adapter.sha256)]], dtype=np.uint64)}
+    if with_weights:
+        weights, config = to_lora_tensors(adapter, np.float32)
+        tensors |= {"lora_weights": weights[None], "lora_config": config[None]}
+    return tensors
