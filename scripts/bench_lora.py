@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import peft  # noqa: F401  # torch looks for `triton` now, before the repo root is on sys.path
 
 from tritonbox_common.client import TritonLLMClient
 from tritonbox_common.lora import LLAMA_MODULES, read_peft_adapter, to_lora_tensors
@@ -112,9 +113,9 @@ async def measure(
     if "lora_task_id" not in kinds:
         raise SystemExit("the engine has no LoRA inputs (lora_task_id, lora_weights, lora_config)")
     dtype, datatype = CONFIG_DTYPES[kinds["lora_weights"]]
-    peft = [read_peft_adapter(path) for path in adapters]
-    first = [lora_inputs(a, to_lora_tensors(a, dtype), datatype) for a in peft]
-    by_id = [lora_inputs(a, None, datatype) for a in peft]
+    loaded = [read_peft_adapter(path) for path in adapters]
+    first = [lora_inputs(a, to_lora_tensors(a, dtype), datatype) for a in loaded]
+    by_id = [lora_inputs(a, None, datatype) for a in loaded]
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL)

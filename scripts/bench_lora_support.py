@@ -111,12 +111,13 @@ async def direct(client: TritonLLMClient, ids: list[int], tokens: int, lora: lis
             if response.error_message:
                 raise TritonRequestError(response.error_message)
             result = response.infer_response
-            if result.parameters["triton_final_response"].bool_param:
-                break
-            new = int(np.asarray(InferResult(result).as_numpy("sequence_length")).reshape(-1)[0])
+            lengths = InferResult(result).as_numpy("sequence_length")
+            new = 0 if lengths is None else int(np.asarray(lengths).reshape(-1)[0])
             if new and not count:
                 ttft = time.perf_counter() - started
             count += new
+            if result.parameters["triton_final_response"].bool_param:
+                break  # it may carry the last token: counted first
     finally:
         call.cancel()
     return ttft, count
