@@ -90,18 +90,21 @@ def start_engine(stack: contextlib.ExitStack, folder: Path, batch_size: int) -> 
 
 
 async def batch(
-    path: str, mix: str, repeat: int, runs: list[Any], pids: list[int], tokens: int
+    path: str, mix: str, repeat: int, runs: list[Any], pids: dict[str, list[int]], tokens: int
 ) -> Batch:
-    """Run the coroutines `runs` at once; their samples, wall time and whose CPU it was."""
-    ours_before, client_before = cpu_seconds(pids), sum(os.times()[:2])
+    """Run the coroutines `runs` at once; their samples, wall time and whose CPU it was
+    (`pids`: "triton", tritonserver's process group; "api", the api's processes)."""
+    before = {k: cpu_seconds(v) for k, v in pids.items()}
+    client_before = sum(os.times()[:2])
     machine_before, started = machine_cpu_seconds(), time.perf_counter()
     samples = await asyncio.gather(*runs)
     wall = time.perf_counter() - started
-    ours = cpu_seconds(pids) - ours_before + sum(os.times()[:2]) - client_before
+    spent = {k: cpu_seconds(v) - before[k] for k, v in pids.items()}
+    ours = sum(spent.values()) + sum(os.times()[:2]) - client_before
     others = max(0.0, machine_cpu_seconds() - machine_before - ours) / wall
     if any(count != tokens for _, count in samples):
         raise RuntimeError(f"expected {tokens} tokens per request, got {[c for _, c in samples]}")
-    return Batch(path, mix, repeat, wall, list(samples), others, ours / wall)
+    return Batch(path, mix, repeat, wall, list(samples), others, ours / wall, spent["triton"])
 
 
 async def measure(
@@ -147,7 +150,8 @@ async def measure(
         for repeat in range(args.repeats):
             for path in paths:
                 for mix in (BASE, MIXED) if repeat % 2 == 0 else (MIXED, BASE):
-                    pids = api.get("pids", []) + process_group_of(api["triton_marker"])
+                    pids = {"triton": process_group_of(api["triton_marker"])}
+                    pids["api"] = api.get("pids", [])
                     batches.append(
                         await batch(path, mix, repeat, runs(path, mix), pids, args.tokens)
                     )

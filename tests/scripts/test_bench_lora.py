@@ -76,10 +76,12 @@ def test_adapters_are_distinct_random_peft_folders_that_become_request_tensors(
     assert len(times) == 3 and all(t > 0 for t in times)
 
 
-def batch(report: ModuleType, path: str, mix: str, repeat: int, wall: float) -> Any:
-    # 8 requests of 32 tokens, TTFTs 0.1 .. 0.8 s
+def batch(
+    report: ModuleType, path: str, mix: str, repeat: int, wall: float, others: float = 0.1
+) -> Any:
+    # 8 requests of 32 tokens, TTFTs 0.1 .. 0.8 s; Triton's CPU: 1.5 cores for the wall time
     samples = [(0.1 * (i + 1), 32) for i in range(8)]
-    return report.Batch(path, mix, repeat, wall, samples, others_cores=0.5, ours_cores=1.5)
+    return report.Batch(path, mix, repeat, wall, samples, others, 1.6, engine_cpu_s=1.5 * wall)
 
 
 def test_the_page_quotes_the_median_ratio_and_each_back_to_back_pair(
@@ -94,17 +96,23 @@ def test_the_page_quotes_the_median_ratio_and_each_back_to_back_pair(
         batch(report, "Triton gRPC", mixed, 1, 11.0),
         batch(report, "Triton gRPC", base, 1, 10.0),
         batch(report, "Triton gRPC", base, 2, 10.0),
-        batch(report, "Triton gRPC", mixed, 2, 20.0),
+        batch(report, "Triton gRPC", mixed, 2, 20.0, others=1.2),  # a noisy neighbour
     ]
     assert report.paired_ratios(batches, "Triton gRPC") == pytest.approx([0.8, 10 / 11, 0.5])
+    quiet = report.paired_ratios(batches, "Triton gRPC", quiet=True)
+    assert quiet == pytest.approx([0.8, 10 / 11])
     loads = [report.LoadTime("rank 16, q k v o_proj", 7_400_000, [0.02, 0.03, 0.025])]
     setup = {"command": "bench", "elapsed": "1 min", "engine": "e", "workload": "w",
              "adapters": "a"}  # fmt: skip
     page = report.report(batches, loads, setup, (1.0, 2.0))
     # Median batches: base 25.6 tok/s, adapters 256 / 12.5 = 20.48 tok/s: 0.80x, met.
-    assert "| Triton gRPC | 4 adapters | 20.5 (20.5, 23.3, 12.8) | 0.80 | 450 | 0.50 |" in page
+    # Triton CPU per token: 1.5 cores x 10 s / 256 = 58.6 ms (base), x 12.5 s = 73.2 ms.
+    assert "| Triton gRPC | 4 adapters | 20.5 (20.5, 23.3, 12.8) | 0.80 | 450 | 73.2 | 0.47 |" \
+        in page  # fmt: skip
     assert "≥ 0.8× throughput: **met** — 0.80× (medians; each repeat's back-to-back pair: " \
-        "0.80, 0.91, 0.50)" in page  # fmt: skip
+        "0.80, 0.91, 0.50; the pairs during which the others used under 0.25 cores: 0.80, " \
+        "0.91)" in page  # fmt: skip
+    assert "a token with adapters costs 1.25× a base token: 0.80× the base's throughput" in page
     assert "| rank 16, q k v o_proj | 7.4 | 25 | 20 | 30 | 3 |" in page
     assert "Load of rank 16, q k v o_proj ≤ 1 s: **met** — 25 ms (median)." in page
     slower = [*batches[:1], batch(report, "Triton gRPC", mixed, 0, 13.0)]
