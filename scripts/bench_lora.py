@@ -11,6 +11,8 @@ In one run, against one tritonserver serving the default model on the cpu engine
 - over gRPC straight to the `tensorrt_llm` step with the LoRA tensors (`lora_task_id`,
   `lora_weights`, `lora_config`), and with `--api`, also through the api (adapters registered
   with `POST /v1/adapters`, selected with `model`) when it has those routes;
+- the engine's LoRA layers' decode step in-process, base and adapters alternating step by step
+  (the same noise for both: this machine is shared);
 - the adapter load time from disk (read_peft_adapter + to_lora_tensors), median of several.
 Writes docs/benchmark-lora.md. Usage (from the repo root):
 
@@ -47,6 +49,7 @@ from scripts.bench_lora_support import (  # noqa: E402
     load_times,
     lora_inputs,
     make_adapters,
+    step_times,
     via_api,
 )
 from scripts.bench_proc import (  # noqa: E402
@@ -194,6 +197,7 @@ def main() -> int:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--target-modules", nargs="+", default=LLAMA_MODULES)
     parser.add_argument("--load-repeats", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=20, help="in-process decode steps per mix")
     parser.add_argument("--api", action="store_true", help="also through the api, if it can")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmark-lora.md")
     args = parser.parse_args()
@@ -224,6 +228,14 @@ def main() -> int:
                 ("q k v o_proj", attention),
             )
         ]
+        from transformers import AutoTokenizer
+
+        prompt = prompts(AutoTokenizer.from_pretrained(DEFAULT_MODEL), 1)[0]
+        prompt_ids = AutoTokenizer.from_pretrained(DEFAULT_MODEL)(prompt).input_ids
+        torch.set_num_threads(os.cpu_count() or 1)  # as the engine's (CPU_THREADS=0)
+        loaded = [read_peft_adapter(path) for path in made]
+        steps = step_times(loaded, prompt_ids, args.requests, args.steps)
+        torch.set_num_threads(1)
         settings = start_engine(stack, folder, max(16, args.requests))
         api = {"triton_marker": f"--grpc-port={settings.triton_grpc_port}".encode()}
         if args.api:
@@ -247,7 +259,7 @@ def main() -> int:
         f"{2 * args.rank}, `init_lora_weights=False`: random A and B) on "
         f"{' '.join(args.target_modules)}; request i uses adapter i mod {args.adapters}.",
     }
-    page = report(batches, loads, setup, (load_before, os.getloadavg()[0]))
+    page = report(batches, loads, setup, (load_before, os.getloadavg()[0]), steps)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(page)
     print(page)

@@ -101,9 +101,14 @@ def _verdict(ok: bool) -> str:
 
 
 def report(
-    batches: list[Batch], loads: list[LoadTime], setup: dict[str, str], load: tuple[float, float]
+    batches: list[Batch],
+    loads: list[LoadTime],
+    setup: dict[str, str],
+    load: tuple[float, float],
+    steps: tuple[list[float], list[float]] = ([], []),
 ) -> str:
-    """The page. `setup`: command, elapsed, engine, workload and adapters, in words."""
+    """The page. `setup`: command, elapsed, engine, workload and adapters, in words; `steps`:
+    the in-process decode step times (s) on the base and with the adapters."""
     paths = list(dict.fromkeys(b.path for b in batches))
     out = [
         "# LoRA adapters benchmark (cpu engine)",
@@ -154,6 +159,27 @@ def report(
                 f"| {path} | {mix} | {r.tok_s:.1f} ({each}) | {r.tok_s / s[BASE].tok_s:.2f} | "
                 f"{r.ttft_p50_ms:.0f} | {r.engine_ms_per_token:.1f} | {r.others_cores:.2f} |"
             )
+    if steps[0] and steps[1]:
+        base_ms, mixed_ms = (statistics.median(v) * 1000 for v in steps)
+        rows = len(batches[0].samples) if batches else 0
+        out += [
+            "",
+            "## One decode step, in-process",
+            "",
+            f"The cpu engine's own LoRA layers (`attach_lora`) on the default model in the "
+            f"benchmark process before Triton starts: one decode step of a {rows}-row batch on "
+            "the bare base, then with row i on adapter i mod 4, alternating step by step (so "
+            f"both see the same noise), {len(steps[0])} steps each, torch threads = all cores.",
+            "",
+            "| rows on | step ms, median | min | max | × base throughput |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for label, values, median in ((BASE, steps[0], base_ms), (MIXED, steps[1], mixed_ms)):
+            ms = [v * 1000 for v in values]
+            out.append(
+                f"| {label} | {median:.1f} | {min(ms):.1f} | {max(ms):.1f} | "
+                f"{base_ms / median:.2f} |"
+            )
     out += [
         "",
         "## Adapter load time from disk",
@@ -184,6 +210,12 @@ def report(
             f"of the others' load than wall time, though not free of it) a token with adapters "
             f"costs {1 / cpu[path]:.2f}× a base token: {cpu[path]:.2f}× the base's throughput "
             "for an engine bound by its own CPU."
+        )
+    if steps[0] and steps[1]:
+        step_ratio = statistics.median(steps[0]) / statistics.median(steps[1])
+        out.append(
+            f"- The engine's decode step alone (in-process, above): {_verdict(step_ratio >= 0.8)}"
+            f" — a step with 4 adapters gives {step_ratio:.2f}× the base's tokens per second."
         )
     for lt in loads:
         median = statistics.median(lt.seconds)

@@ -23,6 +23,10 @@ from tritonbox_common.client import (
 )
 from tritonbox_common.lora import PeftAdapter, read_peft_adapter, task_id, to_lora_tensors
 
+DEFAULT_MODEL = (
+    Path(__file__).resolve().parent.parent / ".cache" / "models" / "SmolLM2-135M-Instruct"
+)
+
 # Triton's config dtypes the LoRA weights may have (the cpu engine's is TYPE_FP32; NVIDIA's is
 # the engine's fp16/bf16): the bench reads it from the `tensorrt_llm` config, as the api does.
 CONFIG_DTYPES: dict[str, tuple[npt.DTypeLike, str]] = {
@@ -53,9 +57,13 @@ def make_adapters(
     for i in range(count):
         torch.manual_seed(i)
         config = LoraConfig(
-            r=rank, lora_alpha=2 * rank, target_modules=list(modules), lora_dropout=0.0,
-            init_lora_weights=False, task_type="CAUSAL_LM",
-        )  # fmt: skip
+            r=rank,
+            lora_alpha=2 * rank,
+            target_modules=list(modules),
+            lora_dropout=0.0,
+            init_lora_weights=False,
+            task_type="CAUSAL_LM",
+        )
         model = get_peft_model(base_factory(), config)
         if base_model_id is not None:
             model.peft_config["default"].base_model_name_or_path = base_model_id
@@ -149,3 +157,46 @@ async def via_api(http: httpx.AsyncClient, url: str, model: str, text: str, toke
                 ttft = time.perf_counter() - started
             usage = int((event.get("usage") or {}).get("completion_tokens", usage))
     return ttft, usage
+
+
+def step_times(
+    adapters: Sequence[PeftAdapter], prompt: list[int], rows: int, steps: int
+) -> tuple[list[float], list[float]]:
+    """The cpu engine's own LoRA layers (attach_lora) on the default model, in this process:
+    seconds of one decode step of a `rows`-wide batch on the bare base and with row i on
+    adapter i mod len(adapters), alternating step by step so both see the same noise."""
+    import torch
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    from tritonbox_triton.engine.lora_layers import EngineAdapter, attach_lora
+
+    model = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, dtype=torch.float32).eval()
+    lora_rows, _, _ = attach_lora(model)
+    engine = [  # as the engine holds them: fp32 tensors, the scaling inside B
+        EngineAdapter(
+            task_id(a.sha256),
+            {
+                k: (torch.from_numpy(pa), torch.from_numpy(pb * a.scaling))
+                for k, (pa, pb) in a.weights.items()
+            },
+            a.rank,
+            a.size_bytes,
+        )
+        for a in adapters
+    ]
+    mixed = [engine[i % len(engine)] for i in range(rows)]
+    ids = torch.tensor([prompt] * rows)
+    base_s: list[float] = []
+    mixed_s: list[float] = []
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        lora_rows.use([None] * rows)
+        model(input_ids=ids, past_key_values=cache)
+        for step in range(2 * steps + 2):  # the first two warm each path up
+            lora_rows.use(mixed if step % 2 else [None] * rows)
+            positions = torch.full((rows, 1), len(prompt) + step)
+            started = time.perf_counter()
+            model(input_ids=ids[:, :1], position_ids=positions, past_key_values=cache)
+            if step >= 2:
+                (mixed_s if step % 2 else base_s).append(time.perf_counter() - started)
+    return base_s, mixed_s
