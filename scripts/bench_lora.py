@@ -235,6 +235,8 @@ def main() -> int:
         torch.set_num_threads(os.cpu_count() or 1)  # as the engine's (CPU_THREADS=0)
         loaded = [read_peft_adapter(path) for path in made]
         steps = step_times(loaded, prompt_ids, args.requests, args.steps)
+        medians = [f"{sorted(v)[len(v) // 2] * 1000:.1f} ms" for v in steps]
+        print(f"decode step, base / 4 adapters: {' / '.join(medians)}", file=sys.stderr)
         torch.set_num_threads(1)
         settings = start_engine(stack, folder, max(16, args.requests))
         api = {"triton_marker": f"--grpc-port={settings.triton_grpc_port}".encode()}

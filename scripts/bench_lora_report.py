@@ -197,7 +197,23 @@ def report(
             f"| {lt.label} | {lt.size_bytes / 1e6:.1f} | {statistics.median(ms):.0f} | "
             f"{min(ms):.0f} | {max(ms):.0f} | {len(ms)} |"
         )
-    out += ["", "## Targets", ""]
+    out += [
+        "",
+        "## Reading these numbers",
+        "",
+        "The machine is shared: whatever else runs takes cores from tritonserver, and the "
+        "others column says how much, batch by batch. Base and adapter batches alternate (a "
+        "different one first each repeat) so the noise falls on both, but when the others' "
+        "share swings between batches, one back-to-back pair can differ several fold for that "
+        "reason alone: compare pairs whose others columns are alike. tritonserver's CPU time "
+        "per token is not immune either: torch's threads spin while they wait for a core, so it "
+        "rises with the others' load. The in-process decode step alternates base and adapters "
+        "every step, milliseconds apart, and is the steadiest measure here of what the engine's "
+        "LoRA layers cost; the Triton batches show the same cost end to end, in the noise.",
+        "",
+        "## Targets",
+        "",
+    ]
     for path in paths:
         pairs = ", ".join(f"{v:.2f}" for v in paired_ratios(batches, path))
         quiet = ", ".join(f"{v:.2f}" for v in paired_ratios(batches, path, quiet=True))
