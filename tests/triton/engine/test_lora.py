@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transformers import PreTrainedTokenizerBase
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 from tritonbox_testing.lora import (
     ALL,
     EOS,
@@ -200,3 +201,44 @@ def test_refuses_rank_over_max_and_unknown_modules_and_disabled_lora(
     del weights_only["lora_task_id"]
     with pytest.raises(RequestError, match="lora_task_id must be set"):
         resolver.resolve(weights_only)
+
+
+def test_base_rows_are_bit_identical_and_adapter_rows_match_their_solo_pass() -> None:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=48,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=64,
+    )
+    model = LlamaForCausalLM(config).eval()
+    rows, dims, layers = attach_lora(model)
+
+    def adapter(seed: int, rank: int, modules: list[str]) -> EngineAdapter:
+        generator = torch.Generator().manual_seed(seed)
+        weights = {
+            (layer, m): (
+                torch.randn(rank, dims[m][0], generator=generator),
+                torch.randn(dims[m][1], rank, generator=generator) * 0.1,
+            )
+            for layer in range(layers)
+            for m in modules
+        }
+        return EngineAdapter(seed, weights, rank, 0)
+
+    x, y = adapter(1, 2, ["q_proj", "down_proj"]), adapter(2, 5, ALL)
+    ids = torch.randint(0, 64, (4, 6))
+    plan = [None, x, None, y]
+    with torch.inference_mode():
+        rows.use([None] * 4)
+        base = model(input_ids=ids).logits
+        rows.use(plan)
+        mixed = model(input_ids=ids).logits
+        for i, lora in enumerate(plan):
+            rows.use([lora])
+            solo = model(input_ids=ids[i : i + 1]).logits[0]
+            torch.testing.assert_close(mixed[i], solo, rtol=1e-5, atol=1e-5)
+    assert torch.equal(mixed[0], base[0]) and torch.equal(mixed[2], base[2])
+    assert not torch.allclose(mixed[1], base[1]) and not torch.allclose(mixed[3], base[3])

@@ -9,7 +9,7 @@ for each row, only its own adapter's rank segment:
 
 Two small matmuls per layer whatever the number of adapters. A base row's mask is all zeros,
 so its delta is exactly 0.0 and its output is bit-for-bit the base model's. The concatenation
-is rebuilt only when the set of adapters in the batch changes, not every step.
+is built when the set of adapters in the batch changes, not every step.
 """
 
 from __future__ import annotations
@@ -41,15 +41,14 @@ class LoraRows:
 
     def __init__(self) -> None:
         self.groups: tuple[EngineAdapter, ...] = ()  # distinct adapters, first-seen order
-        self.row_group: tuple[int, ...] = ()  # per row: index into groups, -1 = base
-        self.version = 0  # bumped when groups change: layers rebuild their concatenation
-        self.rows_version = 0  # bumped when any row changes: layers rebuild their masks
+        self.row_group = torch.zeros(0, dtype=torch.long)  # per row: its group, -1 = base
+        self.version = 0  # bumped whenever the rows change: layers rebuild their masks
         self._key: tuple[int, ...] = ()
 
     def use(self, adapters: Sequence[EngineAdapter | None]) -> None:
         key = tuple(0 if a is None else id(a) for a in adapters)
         if key == self._key:
-            return
+            return  # the usual decode step: same rows as the last one
         groups: list[EngineAdapter] = []
         row_group = []
         for adapter in adapters:
@@ -59,11 +58,30 @@ class LoraRows:
             if not any(adapter is g for g in groups):
                 groups.append(adapter)
             row_group.append(next(i for i, g in enumerate(groups) if g is adapter))
-        self._key, self.row_group = key, tuple(row_group)
-        if tuple(map(id, groups)) != tuple(map(id, self.groups)):
-            self.groups = tuple(groups)
-            self.version += 1
-        self.rows_version += 1
+        self._key, self.groups = key, tuple(groups)
+        self.row_group = torch.tensor(row_group, dtype=torch.long)
+        self.version += 1
+
+
+@dataclass(eq=False)
+class _Plan:
+    """One layer's concatenated weights for one set of adapters."""
+
+    groups: tuple[EngineAdapter, ...]  # held, so no adapter here is freed while planned
+    a: torch.Tensor | None  # [sum r, in]; None when no adapter here targets this layer
+    b: torch.Tensor | None  # [out, sum r]
+    # [groups + 1, 1, sum r]: group g's 0/1 rank columns; the last row (index -1) is all zeros,
+    # a base row's mask.
+    masks: torch.Tensor
+
+    def serves(self, groups: tuple[EngineAdapter, ...]) -> bool:
+        return len(groups) == len(self.groups) and all(
+            a is b for a, b in zip(groups, self.groups, strict=True)
+        )
+
+
+# The decode batch's plan and the prefill's alternate on every admission: keep both.
+PLANS_KEPT = 2
 
 
 class LoraLinear(nn.Module):
@@ -74,52 +92,47 @@ class LoraLinear(nn.Module):
         self.base = base
         self.key = (layer, module)
         self._rows = rows
-        self._built = (-1, -1)  # (groups version, rows version) the tensors below are for
-        self._a: torch.Tensor | None = None  # [sum r, in]
-        self._b: torch.Tensor | None = None  # [out, sum r]
-        self._segments: list[tuple[int, int] | None] = []  # per group: rank columns or None
-        self._mask: torch.Tensor | None = None  # [rows, 1, sum r]
+        self._plans: list[_Plan] = []  # most recently used first
+        self._mask = torch.zeros(0)  # [rows, 1, sum r]
+        self._mask_for: tuple[int, _Plan | None] = (-1, None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
         rows = self._rows
         if not rows.groups:
             return y
-        if self._built[0] != rows.version:
-            self._concatenate(rows.groups)
-        if self._a is None or self._b is None:
-            return y  # no adapter in this batch targets this module
-        if self._built[1] != rows.rows_version:
-            self._build_mask(rows.row_group, x.dtype)
-        assert self._mask is not None
-        hidden = F.linear(x, self._a) * self._mask
-        return y + F.linear(hidden, self._b)
+        plan = self._plan(rows.groups)
+        if plan.a is None or plan.b is None:
+            return y  # no adapter in this batch targets this layer
+        if self._mask_for[0] != rows.version or self._mask_for[1] is not plan:
+            self._mask = plan.masks[rows.row_group].to(x.dtype)
+            self._mask_for = (rows.version, plan)
+        hidden = F.linear(x, plan.a) * self._mask
+        return y + F.linear(hidden, plan.b)
 
-    def _concatenate(self, groups: tuple[EngineAdapter, ...]) -> None:
-        a_parts, b_parts, self._segments, start = [], [], [], 0
-        for adapter in groups:
+    def _plan(self, groups: tuple[EngineAdapter, ...]) -> _Plan:
+        for index, plan in enumerate(self._plans):
+            if plan.serves(groups):
+                if index:
+                    self._plans.insert(0, self._plans.pop(index))
+                return plan
+        a_parts, b_parts, segments, start = [], [], [], 0
+        for group, adapter in enumerate(groups):
             pair = adapter.weights.get(self.key)
-            if pair is None:
-                self._segments.append(None)
-                continue
-            a, b = pair
-            a_parts.append(a)
-            b_parts.append(b)
-            self._segments.append((start, start + a.shape[0]))
-            start += a.shape[0]
-        self._a = torch.cat(a_parts) if a_parts else None
-        self._b = torch.cat(b_parts, dim=1) if b_parts else None
-        self._built = (self._rows.version, -1)
-
-    def _build_mask(self, row_group: tuple[int, ...], dtype: torch.dtype) -> None:
-        assert self._a is not None
-        mask = torch.zeros(len(row_group), 1, self._a.shape[0], dtype=dtype)
-        for row, group in enumerate(row_group):
-            segment = self._segments[group] if group >= 0 else None
-            if segment is not None:
-                mask[row, 0, segment[0] : segment[1]] = 1
-        self._mask = mask
-        self._built = (self._built[0], self._rows.rows_version)
+            if pair is not None:
+                a_parts.append(pair[0])
+                b_parts.append(pair[1])
+                segments.append((group, start, start + pair[0].shape[0]))
+                start += pair[0].shape[0]
+        # One adapter (every prefill, a single-adapter batch): its own tensors, no copy.
+        a = a_parts[0] if len(a_parts) == 1 else torch.cat(a_parts) if a_parts else None
+        b = b_parts[0] if len(b_parts) == 1 else torch.cat(b_parts, dim=1) if b_parts else None
+        masks = torch.zeros(len(groups) + 1, 1, start)
+        for group, first, end in segments:
+            masks[group, 0, first:end] = 1
+        plan = _Plan(groups, a, b, masks)
+        self._plans = [plan, *self._plans[: PLANS_KEPT - 1]]
+        return plan
 
 
 def attach_lora(model: nn.Module) -> tuple[LoraRows, dict[str, tuple[int, int]], int]:
