@@ -198,6 +198,7 @@ def main() -> int:
     parser.add_argument("--target-modules", nargs="+", default=LLAMA_MODULES)
     parser.add_argument("--load-repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=20, help="in-process decode steps per mix")
+    parser.add_argument("--step-threads", type=int, default=1, help="torch threads for them")
     parser.add_argument("--api", action="store_true", help="also through the api, if it can")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmark-lora.md")
     args = parser.parse_args()
@@ -232,12 +233,14 @@ def main() -> int:
 
         prompt = prompts(AutoTokenizer.from_pretrained(DEFAULT_MODEL), 1)[0]
         prompt_ids = AutoTokenizer.from_pretrained(DEFAULT_MODEL)(prompt).input_ids
-        torch.set_num_threads(os.cpu_count() or 1)  # as the engine's (CPU_THREADS=0)
+        # One thread: on a busy machine two spin against each other and the step times
+        # drown in it (575 vs 892 ms medians, 5x spreads, in a run with two).
+        torch.set_num_threads(args.step_threads)
         loaded = [read_peft_adapter(path) for path in made]
         steps = step_times(loaded, prompt_ids, args.requests, args.steps)
         medians = [f"{sorted(v)[len(v) // 2] * 1000:.1f} ms" for v in steps]
         print(f"decode step, base / 4 adapters: {' / '.join(medians)}", file=sys.stderr)
-        torch.set_num_threads(1)
+        torch.set_num_threads(1)  # the engine gets the cores
         settings = start_engine(stack, folder, max(16, args.requests))
         api = {"triton_marker": f"--grpc-port={settings.triton_grpc_port}".encode()}
         if args.api:
@@ -252,6 +255,7 @@ def main() -> int:
         "engine": f"`ENGINE=cpu`, the default model (SmolLM2-135M-Instruct, fp32), "
         f"`MAX_BATCH_SIZE={settings.max_batch_size}`, engine threads = all cores, "
         "`MAX_LORA_RANK` and `LORA_CACHE_HOST_MEMORY_BYTES` at their defaults.",
+        "steps": f"{args.step_threads}",
         "workload": f"batches of {args.requests} requests sent at once (chat prompts of 30-40 "
         f"tokens), each decoding exactly {args.tokens} tokens (min_tokens = max_tokens); "
         f"{args.repeats} batches per path and mix, base and adapters alternating which goes "

@@ -168,8 +168,12 @@ def report(
             "",
             f"The cpu engine's own LoRA layers (`attach_lora`) on the default model in the "
             f"benchmark process before Triton starts: one decode step of a {rows}-row batch on "
-            "the bare base, then with row i on adapter i mod 4, alternating step by step (so "
-            f"both see the same noise), {len(steps[0])} steps each, torch threads = all cores.",
+            "the bare base, then with row i on adapter i mod 4, alternating in blocks of 4 "
+            "steps (so both see the same noise; a block's first step, which switches the "
+            "layers' plan, is not counted: a steady decode batch keeps its plan), "
+            f"{len(steps[0])} steps each, {setup.get('steps', '?')} torch thread(s) (the "
+            "engine uses all cores; more threads speed up the base's large matmuls more than "
+            "the adapters' small ones, so the ratio with one thread may flatter the adapters).",
             "",
             "| rows on | step ms, median | min | max | × base throughput |",
             "|---|---:|---:|---:|---:|",
@@ -208,7 +212,8 @@ def report(
         "reason alone: compare pairs whose others columns are alike. tritonserver's CPU time "
         "per token is not immune either: torch's threads spin while they wait for a core, so it "
         "rises with the others' load. The in-process decode step alternates base and adapters "
-        "every step, milliseconds apart, and is the steadiest measure here of what the engine's "
+        "every few steps, a fraction of a second apart: the steadiest measure here of what the "
+        "engine's "
         "LoRA layers cost; the Triton batches show the same cost end to end, in the noise.",
         "",
         "## Targets",

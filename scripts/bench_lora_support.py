@@ -34,6 +34,7 @@ CONFIG_DTYPES: dict[str, tuple[npt.DTypeLike, str]] = {
     "TYPE_FP16": (np.float16, "FP16"),
 }
 Sample = tuple[float, int]  # (TTFT in seconds, output tokens) of one request
+BLOCK = 4  # decode steps in a row on one plan (base, or the adapters) in step_times
 
 
 def make_adapters(
@@ -164,7 +165,9 @@ def step_times(
 ) -> tuple[list[float], list[float]]:
     """The cpu engine's own LoRA layers (attach_lora) on the default model, in this process:
     seconds of one decode step of a `rows`-wide batch on the bare base and with row i on
-    adapter i mod len(adapters), alternating step by step so both see the same noise."""
+    adapter i mod len(adapters), `steps` of each. They alternate in blocks of BLOCK steps, so
+    both see the same noise; a block's first step, which switches the layers' plan (something
+    a steady decode batch does not do every step), is not counted."""
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
@@ -192,11 +195,15 @@ def step_times(
         cache = DynamicCache(config=model.config)
         lora_rows.use([None] * rows)
         model(input_ids=ids, past_key_values=cache)
-        for step in range(2 * steps + 2):  # the first two warm each path up
-            lora_rows.use(mixed if step % 2 else [None] * rows)
-            positions = torch.full((rows, 1), len(prompt) + step)
-            started = time.perf_counter()
-            model(input_ids=ids[:, :1], position_ids=positions, past_key_values=cache)
-            if step >= 2:
-                (mixed_s if step % 2 else base_s).append(time.perf_counter() - started)
-    return base_s, mixed_s
+        position = len(prompt)
+        while len(mixed_s) < steps:
+            for plan, times in (([None] * rows, base_s), (mixed, mixed_s)):
+                lora_rows.use(plan)
+                for step in range(BLOCK + 1):
+                    positions = torch.full((rows, 1), position)
+                    started = time.perf_counter()
+                    model(input_ids=ids[:, :1], position_ids=positions, past_key_values=cache)
+                    if step:
+                        times.append(time.perf_counter() - started)
+                    position += 1
+    return base_s[:steps], mixed_s[:steps]

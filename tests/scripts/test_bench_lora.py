@@ -117,3 +117,21 @@ def test_the_page_quotes_the_median_ratio_and_each_back_to_back_pair(
     assert "Load of rank 16, q k v o_proj ≤ 1 s: **met** — 25 ms (median)." in page
     slower = [*batches[:1], batch(report, "Triton gRPC", mixed, 0, 13.0)]
     assert "**not met** — 0.77×" in report.report(slower, loads, setup, (1.0, 2.0))
+
+
+def test_the_in_process_step_runs_the_engine_layers_on_both_plans(
+    bench: tuple[ModuleType, ModuleType], tmp_path: Path
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    support, _ = bench
+    torch.set_num_threads(1)
+
+    def base() -> Any:
+        return AutoModelForCausalLM.from_pretrained(support.DEFAULT_MODEL, dtype=torch.float32)
+
+    path = support.make_adapters(tmp_path, 1, 2, ("q_proj",), base)[0]
+    base_s, mixed_s = support.step_times([read_peft_adapter(path)], [1, 2, 3], rows=2, steps=3)
+    assert len(base_s) == len(mixed_s) == 3
+    assert all(t > 0 for t in base_s + mixed_s)
