@@ -220,7 +220,10 @@ def report(
         "",
     ]
     for path in paths:
-        pairs = ", ".join(f"{v:.2f}" for v in paired_ratios(batches, path))
+        pair_ratios = paired_ratios(batches, path)
+        pairs = ", ".join(f"{v:.2f}" for v in pair_ratios)
+        below = sum(round(v, 2) < TARGET_RATIO for v in pair_ratios)
+        edge = f" {below} of {len(pair_ratios)} pairs fall below it." if below else ""
         quiet = ", ".join(f"{v:.2f}" for v in paired_ratios(batches, path, quiet=True))
         ok = round(ratios[path], 2) >= TARGET_RATIO  # judged as shown: 0.7999 reads 0.80
         out.append(
@@ -230,7 +233,7 @@ def report(
             f"{quiet or 'none'}). By Triton's CPU time per output token (less at the mercy "
             f"of the others' load than wall time, though not free of it) a token with adapters "
             f"costs {1 / cpu[path]:.2f}× a base token: {cpu[path]:.2f}× the base's throughput "
-            "for an engine bound by its own CPU."
+            f"for an engine bound by its own CPU.{edge}"
         )
     if steps[0] and steps[1]:
         step_ratio = statistics.median(steps[0]) / statistics.median(steps[1])

@@ -113,6 +113,7 @@ def test_the_page_quotes_the_median_ratio_and_each_back_to_back_pair(
         "0.80, 0.91, 0.50; the pairs during which the others used under 0.25 cores: 0.80, " \
         "0.91)" in page  # fmt: skip
     assert "a token with adapters costs 1.25× a base token: 0.80× the base's throughput" in page
+    assert "1 of 3 pairs fall below it." in page
     assert "| rank 16, q k v o_proj | 7.4 | 25 | 20 | 30 | 3 |" in page
     assert "Load of rank 16, q k v o_proj ≤ 1 s: **met** — 25 ms (median)." in page
     slower = [*batches[:1], batch(report, "Triton gRPC", mixed, 0, 13.0)]
