@@ -187,6 +187,15 @@ def test_named_volumes_for_cache_and_database(gpu: dict[str, Any], cpu: dict[str
         assert _mounts(triton)["/models"][0::2] == _mounts(api)["/models"][0::2] == ("bind", True)
 
 
+def test_the_api_reads_adapters_made_on_the_host(gpu: dict[str, Any], cpu: dict[str, Any]) -> None:
+    # scripts/train_demo_adapter.py writes .cache/adapters/demo on the host; the api registers
+    # /adapters/demo (docs/adapters.md). The engine gets the weights from the api, not a file.
+    for model in (gpu, cpu):
+        kind, source, read_only = _mounts(model["services"]["api"])["/adapters"]
+        assert (kind, Path(source).parts[-2:], read_only) == ("bind", (".cache", "adapters"), True)
+        assert "/adapters" not in _mounts(model["services"]["triton"])
+
+
 def test_services_talk_to_each_other(gpu: dict[str, Any]) -> None:
     services = gpu["services"]
     assert services["triton"]["environment"]["TRITON_HOST"] == "0.0.0.0"
