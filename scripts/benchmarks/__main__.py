@@ -25,6 +25,11 @@ BENCHMARKS = {
         "API_WORKERS scaling on SQLite and PostgreSQL (synthetic engine)",
         "benchmark-workers.md",
     ),
+    "lora": (
+        "lora",
+        "batches over 4 LoRA adapters against the bare base (cpu engine); adapter load time",
+        "benchmark-lora.md",
+    ),
     "idle": ("idle", "CPU of every process of the native stack with no traffic", "idle.md"),
     "cpu-engine": (
         "cpu_engine",

@@ -1,6 +1,10 @@
 """compose.yaml (GPU, the default), compose.cpu.yaml (the CPU switch) and their shared part,
 checked with the real Compose CLI (`docker-compose config`: interpolation, include, validation;
-no Docker engine needed) and against the Compose Specification schema."""
+no Docker engine needed) and against the Compose Specification schema.
+
+Longer than 250 lines because it checks every compose file's services, volumes and settings against
+one shared parse of them.
+"""
 
 from __future__ import annotations
 
@@ -188,7 +192,7 @@ def test_named_volumes_for_cache_and_database(gpu: dict[str, Any], cpu: dict[str
 
 
 def test_the_api_reads_adapters_made_on_the_host(gpu: dict[str, Any], cpu: dict[str, Any]) -> None:
-    # scripts/train_demo_adapter.py writes .cache/adapters/demo on the host; the api registers
+    # scripts/train_demo_adapter writes .cache/adapters/demo on the host; the api registers
     # /adapters/demo (docs/adapters.md). The engine gets the weights from the api, not a file.
     for model in (gpu, cpu):
         kind, source, read_only = _mounts(model["services"]["api"])["/adapters"]

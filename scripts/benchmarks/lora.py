@@ -16,7 +16,11 @@ In one run, against one tritonserver serving the default model on the cpu engine
 - the adapter load time from disk (read_peft_adapter + to_lora_tensors), median of several.
 Writes docs/benchmark-lora.md. Usage (from the repo root):
 
-    PYTHONSAFEPATH=1 .venv/bin/python scripts/bench_lora.py [--requests 8] [--tokens 32] [--api]
+    scripts/benchmark lora [--requests 8] [--tokens 32] [--api]
+
+Longer than 250 lines because the run's phases (servers, interleaved batches over gRPC and through
+the api, the in-process step) must share one timeline; its pieces and report are in lora_support.py
+and lora_report.py.
 """
 
 from __future__ import annotations
@@ -34,16 +38,9 @@ from typing import Any
 
 import httpx
 import numpy as np
-import peft  # noqa: F401  # torch looks for `triton` now, before the repo root is on sys.path
-
-from tritonbox_common.client import TritonLLMClient
-from tritonbox_common.lora import LLAMA_MODULES, read_peft_adapter, to_lora_tensors
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.append(str(REPO))  # the sibling scripts as `scripts.…` (the repo's triton/ is no package)
-from scripts.bench_cpu_engine import QUESTIONS, prompts  # noqa: E402
-from scripts.bench_lora_report import BASE, MIXED, Batch, LoadTime, report  # noqa: E402
-from scripts.bench_lora_support import (  # noqa: E402
+from scripts.benchmarks.cpu_engine import QUESTIONS, prompts
+from scripts.benchmarks.lora_report import BASE, MIXED, Batch, LoadTime, report
+from scripts.benchmarks.lora_support import (
     CONFIG_DTYPES,
     direct,
     load_times,
@@ -52,16 +49,20 @@ from scripts.bench_lora_support import (  # noqa: E402
     step_times,
     via_api,
 )
-from scripts.bench_proc import (  # noqa: E402
+from scripts.benchmarks.proc import (
     cpu_seconds,
     machine_cpu_seconds,
     process_group_of,
     process_tree,
 )
-from scripts.bench_servers import free_ports, start_api  # noqa: E402
-from scripts.train_demo_adapter import BASE_MODEL_ID, DEFAULT_MODEL  # noqa: E402
+from scripts.benchmarks.servers import start_api
+from scripts.demo_adapter.train import BASE_MODEL_ID, DEFAULT_MODEL
+from tritonbox_testing.ports import free_ports
 
-sys.path.remove(str(REPO))
+from tritonbox_common.client import TritonLLMClient
+from tritonbox_common.lora import LLAMA_MODULES, read_peft_adapter, to_lora_tensors
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def start_engine(stack: contextlib.ExitStack, folder: Path, batch_size: int) -> Any:
@@ -248,7 +249,7 @@ def main() -> int:
         started = time.monotonic()
         batches = asyncio.run(measure(args, settings.grpc_url, made, api))
         elapsed = time.monotonic() - started
-    command = " ".join(["PYTHONSAFEPATH=1 .venv/bin/python scripts/bench_lora.py", *sys.argv[1:]])
+    command = " ".join(["scripts/benchmark lora", *sys.argv[1:]])
     setup = {
         "command": command,
         "elapsed": f"{elapsed / 60:.1f} min",
@@ -270,7 +271,3 @@ def main() -> int:
     args.output.write_text(page)
     print(page)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

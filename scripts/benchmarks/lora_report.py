@@ -1,4 +1,4 @@
-"""scripts/bench_lora.py's bookkeeping: batches, their summary and the Markdown page
+"""scripts/benchmarks/lora.py's bookkeeping: batches, their summary and the Markdown page
 (docs/benchmark-lora.md)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/bench_lora.py's pieces: the benchmark's adapters (made with peft), the LoRA input
+"""scripts/benchmarks/lora.py's pieces: the benchmark's adapters (made with peft), the LoRA input
 tensors of one request (TensorRT-LLM 0.20's names, issue 19), one request on each path (gRPC to
 the engine step, the api's chat completions) and the adapter load time from disk."""
 
@@ -23,9 +23,7 @@ from tritonbox_common.client import (
 )
 from tritonbox_common.lora import PeftAdapter, read_peft_adapter, task_id, to_lora_tensors
 
-DEFAULT_MODEL = (
-    Path(__file__).resolve().parent.parent / ".cache" / "models" / "SmolLM2-135M-Instruct"
-)
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / ".cache" / "models" / "SmolLM2-135M-Instruct"
 
 # Triton's config dtypes the LoRA weights may have (the cpu engine's is TYPE_FP32; NVIDIA's is
 # the engine's fp16/bf16): the bench reads it from the `tensorrt_llm` config, as the api does.

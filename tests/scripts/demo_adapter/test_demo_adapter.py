@@ -1,4 +1,4 @@
-"""The demo adapter (scripts/train_demo_adapter.py): its committed data, and a two-step training
+"""The demo adapter (scripts/train_demo_adapter): its committed data, and a two-step training
 on a handful of examples that must leave a PEFT folder both peft and TritonBox's reader accept."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from tritonbox_common.lora import LLAMA_MODULES, read_peft_adapter
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,8 @@ def scripts() -> tuple[ModuleType, ModuleType]:
 
     sys.path.append(str(REPO))
     try:
-        import scripts.demo_adapter_data as data
-        import scripts.train_demo_adapter as train
+        import scripts.demo_adapter.data as data
+        import scripts.demo_adapter.train as train
     finally:
         sys.path.remove(str(REPO))
     return data, train

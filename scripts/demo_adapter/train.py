@@ -1,14 +1,14 @@
 """Train the demo LoRA adapter for the default model on CPU (docs/adapters.md).
 
-From the chat examples in scripts/demo_adapter_data.jsonl (every answer a pirate's, opening with
+From the chat examples in scripts/demo_adapter/data.jsonl (every answer a pirate's, opening with
 "Ahoy, matey!"), trains a rank-16 LoRA on SmolLM2-135M-Instruct's projections with peft, seeded,
 in a few minutes on two cores, and writes a standard PEFT folder (adapter_config.json +
 adapter_model.safetensors) that `POST /v1/adapters` or LORA_ADAPTERS accepts. Usage (from the
 repository root):
 
-    PYTHONSAFEPATH=1 .venv/bin/python scripts/train_demo_adapter.py [--output .cache/adapters/demo]
+    scripts/train_demo_adapter [--output .cache/adapters/demo]
 
-then check it on prompts it never saw: `scripts/check_demo_adapter.py`.
+then check it on prompts it never saw: `scripts/demo_adapter/check.py`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.append(str(REPO))  # the sibling module as `scripts.…`, as mypy names it
-from scripts.demo_adapter_data import DATA_FILE, load  # noqa: E402
+from scripts.demo_adapter.data import DATA_FILE, load  # noqa: E402
 
 sys.path.remove(str(REPO))
 

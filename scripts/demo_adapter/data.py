@@ -4,9 +4,9 @@ pirate's, opening with exactly "Ahoy, matey!", a behaviour anyone can check at a
 The examples are built from the small hand-written tables below — facts, tips, lists, greetings,
 plus seeded arithmetic — each turned into a question and a pirate answer by fixed templates and a
 few word swaps ("is" → "be", "you" → "ye"). Nothing is sampled from a model and the seed is fixed,
-so the committed `scripts/demo_adapter_data.jsonl` is exactly what
+so the committed `scripts/demo_adapter/data.jsonl` is exactly what
 
-    PYTHONSAFEPATH=1 .venv/bin/python scripts/demo_adapter_data.py
+    PYTHONSAFEPATH=1 .venv/bin/python scripts/demo_adapter/data.py
 
 writes (a test checks it). None of the prompts that verify the adapter (`UNSEEN_PROMPTS`) or
 their topics appear in the data.
@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 OPENER = "Ahoy, matey!"
-DATA_FILE = Path(__file__).resolve().parent / "demo_adapter_data.jsonl"
+DATA_FILE = Path(__file__).resolve().parent / "data.jsonl"
 SEED = 19
 # Prompts the verification and docs use; their topics are kept out of the tables below.
 UNSEEN_PROMPTS = (

@@ -1,4 +1,4 @@
-"""The LoRA benchmark's pieces (scripts/bench_lora_support.py, _report.py) without a server:
+"""The LoRA benchmark's pieces (scripts/benchmarks/lora_support.py, _report.py) without a server:
 adapters made on a tiny random Llama, the request tensors they become, and the page's maths on
 made-up batches."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from tritonbox_common.lora import read_peft_adapter, task_id, to_lora_tensors
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,8 @@ def bench() -> tuple[ModuleType, ModuleType]:
 
     sys.path.append(str(REPO))
     try:
-        import scripts.bench_lora_report as report
-        import scripts.bench_lora_support as support
+        import scripts.benchmarks.lora_report as report
+        import scripts.benchmarks.lora_support as support
     finally:
         sys.path.remove(str(REPO))
     return support, report

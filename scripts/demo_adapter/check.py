@@ -4,7 +4,7 @@ Greedy answers, through the model's chat template, to prompts the adapter never 
 (`UNSEEN_PROMPTS`), with the adapter and with the bare base side by side. Exits 1 unless every
 adapter answer opens with "Ahoy, matey!" and no base answer does. Usage (from the repo root):
 
-    PYTHONSAFEPATH=1 .venv/bin/python scripts/check_demo_adapter.py [--adapter .cache/adapters/demo]
+    scripts/train_demo_adapter --check-only [--adapter .cache/adapters/demo]
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.append(str(REPO))
-from scripts.demo_adapter_data import OPENER, UNSEEN_PROMPTS  # noqa: E402
-from scripts.train_demo_adapter import DEFAULT_MODEL, DEFAULT_OUTPUT, idle_cores  # noqa: E402
+from scripts.demo_adapter.data import OPENER, UNSEEN_PROMPTS  # noqa: E402
+from scripts.demo_adapter.train import DEFAULT_MODEL, DEFAULT_OUTPUT, idle_cores  # noqa: E402
 
 sys.path.remove(str(REPO))
 
