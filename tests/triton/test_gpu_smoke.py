@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
 
 import gpu_smoke_checks as checks  # noqa: E402
 import gpu_smoke_plan as plan  # noqa: E402

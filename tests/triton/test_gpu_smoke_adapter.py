@@ -14,7 +14,7 @@ import pytest
 from safetensors.numpy import load_file
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
 
 import gpu_smoke_adapter as adapters  # noqa: E402
 import gpu_smoke_checks as checks  # noqa: E402

@@ -1,4 +1,4 @@
-"""The native stack (`scripts/run_stack.py`, what `scripts/up` runs) as a user runs it, on free
+"""The native stack (`scripts/lib/run_stack.py`, what `scripts/up` runs) as a user runs it, on free
 ports, and what it leaves behind once stopped.
 
 Every process of one stack carries its folder: in its command line (`--env-file FOLDER/.env`,
@@ -34,7 +34,7 @@ from tritonbox_testing.processes import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
-RUN_STACK = REPO / "scripts" / "run_stack.py"
+RUN_STACK = REPO / "scripts" / "lib" / "run_stack.py"
 MARK_VARIABLE = "TRITONBOX_TEST_STACK"
 SHM = Path("/dev/shm")
 

@@ -8,7 +8,7 @@
 3. Through the api: a greedy answer (repeatable, and starting like transformers' greedy answer
    on the same checkpoint), streaming (chunks add up to the same text), stop words, a chat answer
    that ends its turn, and cancellation of a running prediction.
-4. A LoRA adapter made here (scripts/gpu_smoke_adapter.py, written to ./models/gpu-smoke-lora):
+4. A LoRA adapter made here (scripts/lib/gpu_smoke_adapter.py, written to ./models/gpu-smoke-lora):
    registered through the api, used twice with `model=<adapter>` (other than the base's answer,
    starting like transformers' answer with the adapter merged in); then, inside the triton
    container, NVIDIA's task cache: an unknown lora_task_id alone fails with "not found in
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
 
 # Siblings, not a package.
 import gpu_smoke_adapter as adapters  # noqa: E402

@@ -1,5 +1,5 @@
 """The GPU smoke test's plan (scripts/gpu_smoke): the engine build, the compose stack, and the
-offline checks of its dry run. Running it is scripts/gpu_smoke.py's part."""
+offline checks of its dry run. Running it is scripts/lib/gpu_smoke.py's part."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tritonbox_triton.engine_check import BUILD_IMAGE, TRTLLM_VERSION, check_eng
 from tritonbox_triton.engine_lora import read_engine_lora
 from tritonbox_triton.settings import DEFAULT_MODEL_NAME, TritonSettings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROJECT = "tritonbox-gpu-smoke"
 CHECKPOINT = Path(".cache") / "models" / DEFAULT_MODEL_NAME
 ENGINE_NAME = "gpu-smoke-smollm2-fp16"
