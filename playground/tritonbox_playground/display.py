@@ -160,7 +160,8 @@ def recent_row(prediction: PredictionView) -> list[str]:
     return [
         _when(prediction.created_at),
         prediction.status,
-        prediction.source,
+        # Which fine-tune answered, so base and adapter runs of one prompt tell apart.
+        prediction.source + (f" · {prediction.adapter.name}" if prediction.adapter else ""),
         _short(prompt_of(prediction)),
         _short(prediction.output),
         prediction.id,

@@ -99,3 +99,8 @@ def test_a_comparison_says_base_or_adapter_and_reopens_each_side() -> None:
     assert shared["prompt"] == "Tell me about the sea."
     assert [column["adapter"] for column in columns] == [BASE, "pirate"]
     assert differences([made("pirate"), made("pirate")]) == ["", ""]
+
+
+def test_the_recent_list_says_which_adapter_answered() -> None:
+    assert display.recent_row(made("pirate"))[2] == "api · pirate"
+    assert display.recent_row(made(None))[2] == "api"
