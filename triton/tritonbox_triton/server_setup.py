@@ -133,7 +133,14 @@ def die_with_parent(signum: signal.Signals = signal.SIGKILL) -> Callable[[], Non
     """
     # Looked up here, in the parent: the child only calls it (no dlopen between fork and exec).
     prctl = ctypes.CDLL(None, use_errno=True).prctl
-    return lambda: prctl(_PR_SET_PDEATHSIG, signum)
+    parent = os.getpid()
+
+    def set_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signum)
+        if os.getppid() != parent:  # the launcher died before the signal was armed
+            os.kill(os.getpid(), signum)
+
+    return set_signal
 
 
 def new_shm_prefix() -> str:

@@ -161,6 +161,7 @@ def checkout_processes() -> set[int]:
 @pytest.mark.skipif(
     not os.environ.get("TRITONBOX_STOP_LOOP"), reason="the slow loop: TRITONBOX_STOP_LOOP=N"
 )
+@pytest.mark.timeout(3600 * 2)  # each round starts the stack once per way
 def test_start_traffic_stop_loop(tmp_path: Path) -> None:
     """N rounds of every way: each round leaves the process table (this checkout's processes)
     and /dev/shm (the regions this stack used) as it found them."""
