@@ -55,42 +55,13 @@ from scripts.benchmarks.proc import (
     process_group_of,
     process_tree,
 )
-from scripts.benchmarks.servers import start_api
+from scripts.benchmarks.servers import start_api, start_cpu_engine
 from scripts.demo_adapter.train import BASE_MODEL_ID, DEFAULT_MODEL
-from tritonbox_testing.ports import free_ports
 
 from tritonbox_common.client import TritonLLMClient
 from tritonbox_common.lora import LLAMA_MODULES, read_peft_adapter, to_lora_tensors
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def start_engine(stack: contextlib.ExitStack, folder: Path, batch_size: int) -> Any:
-    """A tritonserver with the default model on the cpu engine, free ports, no .env."""
-    from tritonbox_triton.render import render_repository
-    from tritonbox_triton.server import TritonServer
-    from tritonbox_triton.settings import TritonSettings
-
-    for name in TritonSettings.model_fields:  # a developer's exported settings must not leak in
-        os.environ.pop(name.upper(), None)
-    http, grpc, metrics = free_ports(3)
-    factory: Any = TritonSettings  # `_env_file=None`: ignore the repo's .env
-    settings = factory(
-        _env_file=None,
-        engine="cpu",
-        cache_dir=REPO / ".cache",
-        max_batch_size=batch_size,
-        model_repository=folder / "model_repository",
-        triton_http_port=http,
-        triton_grpc_port=grpc,
-        triton_metrics_port=metrics,
-    )
-    render_repository(settings)
-    server = TritonServer(settings, log_path=folder / "tritonserver.log")
-    stack.callback(server.stop)
-    server.start()
-    server.wait_ready(settings.triton_ready_timeout_s)
-    return settings
 
 
 async def batch(
@@ -242,7 +213,7 @@ def main() -> int:
         medians = [f"{sorted(v)[len(v) // 2] * 1000:.1f} ms" for v in steps]
         print(f"decode step, base / 4 adapters: {' / '.join(medians)}", file=sys.stderr)
         torch.set_num_threads(1)  # the engine gets the cores
-        settings = start_engine(stack, folder, max(16, args.requests))
+        settings = start_cpu_engine(stack, folder, max(16, args.requests))
         api = {"triton_marker": f"--grpc-port={settings.triton_grpc_port}".encode()}
         if args.api:
             api |= register(stack, folder, settings.grpc_url, made)

@@ -45,6 +45,30 @@ def start_triton(
     return settings
 
 
+def start_cpu_engine(stack: contextlib.ExitStack, folder: Path, batch_size: int) -> TritonSettings:
+    """A tritonserver with the default model on the cpu engine, free ports, no .env."""
+    for name in TritonSettings.model_fields:  # a developer's exported settings must not leak in
+        os.environ.pop(name.upper(), None)
+    http, grpc, metrics = free_ports(3)
+    factory: Any = TritonSettings  # `_env_file=None`: ignore the repo's .env
+    settings: TritonSettings = factory(
+        _env_file=None,
+        engine="cpu",
+        cache_dir=REPO / ".cache",
+        max_batch_size=batch_size,
+        model_repository=folder / "model_repository",
+        triton_http_port=http,
+        triton_grpc_port=grpc,
+        triton_metrics_port=metrics,
+    )
+    render_repository(settings)
+    server = TritonServer(settings, log_path=folder / "tritonserver.log")
+    stack.callback(server.stop)
+    server.start()
+    server.wait_ready(settings.triton_ready_timeout_s)
+    return settings
+
+
 def start_api(
     stack: contextlib.ExitStack,
     folder: Path,
