@@ -110,14 +110,16 @@ def compose_stop(stack: Stack) -> str:
     began = time.monotonic()
     stack.compose("stop", "triton")
     stopped_s = time.monotonic() - began
-    state = inspect(container, "{{.State.Status}} {{.State.ExitCode}}")
-    assert state == "exited 0", f"{state} after {stopped_s:.1f} s (137: Docker had to kill it)"
-    assert stopped_s < 10, f"stopped in {stopped_s:.1f} s"
-    wait_until("the api says not ready", lambda: not ready(stack), 30)
-    wait_until("the row ended", lambda: row_status(stack, streaming.id) != "processing", 30)
-    status = row_status(stack, streaming.id)
-    assert status in {"failed", "canceled"}, status
-    stack.compose("start", "triton")
+    try:
+        state = inspect(container, "{{.State.Status}} {{.State.ExitCode}}")
+        assert state == "exited 0", f"{state} after {stopped_s:.1f} s (137: Docker killed it)"
+        assert stopped_s < 10, f"stopped in {stopped_s:.1f} s"
+        wait_until("the api says not ready", lambda: not ready(stack), 30)
+        wait_until("the row ended", lambda: row_status(stack, streaming.id) != "processing", 30)
+        status = row_status(stack, streaming.id)
+        assert status in {"failed", "canceled"}, status
+    finally:  # started again whatever failed: the phases after this one need it
+        stack.compose("start", "triton")
     back_s = wait_until("the api ready again", lambda: ready(stack), 900)
     predict(stack)
     return (

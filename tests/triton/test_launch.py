@@ -58,7 +58,7 @@ def test_tensor_parallelism_runs_one_rank_per_gpu(trtllm: TritonSettings, tp: in
         assert f"--id=rank{rank}" in rest
         assert f"--backend-config=python,shm-region-prefix-name=prefix{rank}_" in rest
         assert "--disable-auto-complete-config" in rest
-        assert "--exit-timeout-secs=5" in rest
+        assert "--exit-timeout-secs=2" in rest
         if rank == 0:
             # Rank 0 serves the whole ensemble where clients reach it.
             assert f"--grpc-port={s.triton_grpc_port}" in rest
@@ -97,14 +97,14 @@ def test_exact_command_for_two_gpus(trtllm: TritonSettings) -> None:
         " --http-address=0.0.0.0 --http-port=8000 --grpc-address=0.0.0.0 --grpc-port=8001"
         " --metrics-address=0.0.0.0 --metrics-port=8002 --log-verbose=0"
         " --disable-auto-complete-config --id=rank0"
-        " --backend-config=python,shm-region-prefix-name=prefix0_ --exit-timeout-secs=5"
+        " --backend-config=python,shm-region-prefix-name=prefix0_ --exit-timeout-secs=2"
         f" : -n 1 {BIN} --model-repository={REPOSITORY}"
         " --model-control-mode=explicit --load-model=tensorrt_llm"
         " --http-port=8010 --grpc-port=8011 --metrics-port=8012"
         " --allow-http=false --allow-grpc=false --allow-metrics=false"
         " --log-info=false --log-warning=false"
         " --disable-auto-complete-config --id=rank1"
-        " --backend-config=python,shm-region-prefix-name=prefix1_ --exit-timeout-secs=5"
+        " --backend-config=python,shm-region-prefix-name=prefix1_ --exit-timeout-secs=2"
     )
 
 

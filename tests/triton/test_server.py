@@ -108,7 +108,7 @@ def test_command_passes_the_settings(tmp_path: Path, clean_environment: None) ->
         "--log-verbose=2",
         # Its Python-backend regions carry a prefix of its own: stop() removes what it leaves.
         f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}",
-        "--exit-timeout-secs=5",
+        "--exit-timeout-secs=2",
     }
     assert server.shm_prefix.startswith("triton_python_backend_shm_region_tritonbox-")
     assert server.shm_prefix != TritonServer(settings).shm_prefix

@@ -13,8 +13,9 @@ from pathlib import Path
 from tritonbox_common.ensemble import ENGINE_MODEL
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
 
-# Open streams hold shutdown for this long; Triton's default (30 s) stalls every restart.
-EXIT_TIMEOUT_S = 5
+# Open streams hold shutdown for this long; Triton's default (30 s) stalls every restart, and a
+# stop must leave nothing running within 10 s (the api fails or cancels those rows either way).
+EXIT_TIMEOUT_S = 2
 # Ranks > 0 serve nothing, but get ports of their own all the same (NVIDIA's scripts do too), so
 # a rank can never race rank 0 for its ports.
 RANK_PORT_STRIDE = 10

@@ -212,8 +212,7 @@ async def chat_completions(
     return await _complete(request, services, body, chat=True)
 
 
-@router.get("/models", response_model=ModelList)
-async def models(services: ServicesDep) -> ModelList:
+async def _model_cards(services: Services) -> list[ModelCard]:
     try:
         name = (await services.engine_context.get()).model_name
     except TritonUnavailableError as error:
@@ -227,4 +226,21 @@ async def models(services: ServicesDep) -> ModelList:
         )
         for row in await services.adapters.list()
     ]
-    return ModelList(data=[ModelCard(id=name, created=0, root=name), *adapters])
+    return [ModelCard(id=name, created=0, root=name), *adapters]
+
+
+@router.get("/models", response_model=ModelList)
+async def models(services: ServicesDep) -> ModelList:
+    """The base model, then every registered LoRA adapter (`parent`: the base)."""
+    return ModelList(data=await _model_cards(services))
+
+
+@router.get("/models/{model_id}", response_model=ModelCard)
+async def model(model_id: str, services: ServicesDep) -> ModelCard:
+    """One model: the base or an adapter (the openai SDK's `models.retrieve`)."""
+    for card in await _model_cards(services):
+        if card.id == model_id:
+            return card
+    raise ApiError(
+        404, f"model: {model_id!r} is not served here", type="not_found_error", param="model"
+    )

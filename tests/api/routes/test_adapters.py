@@ -88,6 +88,10 @@ def test_an_adapter_is_a_model_of_its_own(
     models = {m.id: m for m in client.models.list().data}
     base = next(m for m in models.values() if getattr(m, "parent", None) is None)
     assert getattr(models["gardener"], "parent", None) == base.id
+    assert client.models.retrieve("gardener").id == "gardener"
+    assert client.models.retrieve(base.id).id == base.id
+    with pytest.raises(NotFoundError):
+        client.models.retrieve("nobody")
 
     plain = client.completions.create(model=base.id, prompt=PROMPT, max_tokens=12, temperature=0)
     tuned = client.completions.create(model="gardener", prompt=PROMPT, max_tokens=12, temperature=0)
