@@ -100,6 +100,7 @@ def _label(pid: int) -> str:
         return "gone"
     text = b" ".join(argv).decode(errors="replace")
     for marker, name in [
+        ("parent_watch.py", "stub watcher"),
         ("triton_python_backend_stub", "python-backend stub"),
         ("tritonserver", "tritonserver"),
         ("tritonbox-triton", "triton"),
@@ -171,6 +172,11 @@ def report(rows: list[Row], machine: list[float], args: argparse.Namespace) -> s
         " query only when that list is non-empty: cancels made through another worker);",
         "- the engine: nothing; its loop sleeps until a request arrives (it wakes every 50 ms"
         " only while requests run or wait, to notice cancelled clients);",
+        "- each Python-backend stub's watcher: every 0.25 s it checks that tritonserver is still"
+        " the stub's parent, so a stub never outlives its server (parent_watch.py says why a"
+        " process of its own);",
+        "- the playground: Gradio's queue waits for work (quiet_queue.py) instead of polling"
+        " every 1 ms; an open tab sends Gradio's heartbeat every 15 s;",
         "- tritonserver: its own threads (metrics are computed when `/metrics` is scraped).",
         "",
     ]
