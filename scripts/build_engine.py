@@ -12,9 +12,13 @@ huggingface_hub, both there. From the repository root (README, "Building a Tenso
 Steps: fetch the checkpoint (a Hugging Face id, HF_TOKEN for gated ones, or a local folder) ->
 `examples/quantization/quantize.py` converts and quantises it (one preset) -> `trtllm-build` with
 what in-flight batching needs (GPT-attention and GEMM plugins, paged KV cache, packed input,
-context FMHA) and the limits of `.env` (MAX_BATCH_SIZE, MAX_INPUT_LEN, MAX_OUTPUT_LEN,
-TENSOR_PARALLELISM; flags override) -> the tokenizer copied next to the engine, so that
-ENGINE_REPOSITORY alone serves it -> optionally, an upload to a Hugging Face repository.
+context FMHA), the LoRA plugin unless MAX_LORA_RANK is 0, and the limits of `.env`
+(MAX_BATCH_SIZE, MAX_INPUT_LEN, MAX_OUTPUT_LEN, TENSOR_PARALLELISM; flags override) -> the
+tokenizer copied next to the engine, so that ENGINE_REPOSITORY alone serves it -> optionally,
+an upload to a Hugging Face repository.
+
+Longer than 250 lines because it runs alone inside NVIDIA's container, where the project is not
+installed, so its presets and command lines cannot live in other modules.
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ BUILD_IMAGE = f"nvcr.io/nvidia/tensorrt-llm/release:{TRTLLM_VERSION}"
 TRTLLM_MAX_NUM_TOKENS = 8192
 # The same defaults as TritonSettings (a test keeps them equal); .env usually sets them.
 DEFAULTS = {"MAX_BATCH_SIZE": 16, "MAX_INPUT_LEN": 2048, "MAX_OUTPUT_LEN": 1024}
+DEFAULTS |= {"MAX_LORA_RANK": 64}
+# The LoRA plugin on every Llama projection (LoraManager.LORA_MODULE_IDS names; HF q_proj k_proj
+# v_proj o_proj gate_proj up_proj down_proj: gate_proj is mlp_h_to_4h, up_proj is mlp_gate).
+LORA_TARGET_MODULES: tuple[str, ...] = ("attn_q", "attn_k", "attn_v", "attn_dense")
+LORA_TARGET_MODULES += ("mlp_h_to_4h", "mlp_gate", "mlp_4h_to_h")
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -86,6 +95,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-output-len", type=int, default=_env_int("MAX_OUTPUT_LEN"))
     parser.add_argument("--tp", type=int, default=_env_int("TENSOR_PARALLELISM"))
     parser.add_argument(
+        "--max-lora-rank",
+        type=int,
+        default=_env_int("MAX_LORA_RANK"),
+        help="largest LoRA adapter rank the engine serves (MAX_LORA_RANK; 0 = no LoRA plugin)",
+    )
+    parser.add_argument(
         "--max-num-tokens",
         type=int,
         help="tokens per engine step (trtllm-build; default 8192, raised to --max-input-len: "
@@ -98,6 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--public", action="store_true", help="create the upload repo public")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
+    if args.max_lora_rank < 0:
+        parser.error(f"--max-lora-rank {args.max_lora_rank}: 0 (no adapters) or more")
     if args.max_num_tokens is not None and args.max_num_tokens < args.max_input_len:
         parser.error(
             f"--max-num-tokens {args.max_num_tokens} is less than --max-input-len "
@@ -152,6 +169,15 @@ def build_command(args: argparse.Namespace, checkpoint: Path) -> list[str]:
     if preset.gemm_plugin:
         command.append("--gemm_plugin=auto")
     command.append(f"--use_paged_context_fmha={'enable' if paged_context(args) else 'disable'}")
+    if args.max_lora_rank > 0:
+        # Adapters are sent with requests (lora_task_id/lora_weights/lora_config), so no
+        # --lora_dir: the plugin in the model's dtype, its workspace sized for the largest rank.
+        command += [
+            f"--lora_plugin={preset.dtype}",
+            f"--max_lora_rank={args.max_lora_rank}",
+            "--lora_target_modules",
+            *LORA_TARGET_MODULES,
+        ]
     return command
 
 
@@ -241,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_input_len": args.max_input_len,
         "max_output_len": args.max_output_len,
         "tensor_parallelism": args.tp,
+        "max_lora_rank": args.max_lora_rank,
         "max_num_tokens": max_num_tokens(args),
         "tensorrt_llm": TRTLLM_VERSION,
         "tokenizer_files": copied,

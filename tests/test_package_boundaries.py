@@ -1,5 +1,6 @@
-"""Each service imports only itself and tritonbox-common, and the playground runs without the
-api's or Triton's stack (its image installs neither)."""
+"""Each service imports only itself and tritonbox-common, the playground runs without the
+api's or Triton's stack (its image installs neither), no package imports itself in a circle, and
+a module longer than ~250 lines says why at its top."""
 
 from __future__ import annotations
 
@@ -72,3 +73,75 @@ def test_the_playground_imports_without_the_api_or_triton_stack() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _module_graph(package: str, root: Path) -> dict[str, set[str]]:
+    """Module → the modules of the same package it imports (at any depth in the file, so an
+    import hidden inside a function to dodge a cycle still counts)."""
+    modules = {
+        ".".join((package, *path.relative_to(root).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        ): path
+        for path in root.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # `from pkg.sub import name` imports pkg.sub, or pkg.sub.name when that is a module
+                targets |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for target in sorted(graph[node]):
+            # a package's __init__ is imported along with each of its modules: not an edge back
+            if node.startswith(f"{target}."):
+                continue
+            if found := visit(target, [*path, node]):
+                return found
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if found := visit(start, []):
+            return found
+    return None
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_cycles_inside_a_package(package: str) -> None:
+    cycle = _cycle(_module_graph(package, PACKAGES[package][0]))
+    assert cycle is None, "import cycle: " + " → ".join(cycle or [])
+
+
+LONG_MODULE_LINES = 260  # "~250": a module past this says why at its top
+LONG_MODULE_REASON = "Longer than 250 lines because"
+
+
+def test_long_modules_say_why_at_their_top() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    unexplained = []
+    for name in tracked:
+        text = (REPO / name).read_text()
+        if text.count("\n") > LONG_MODULE_LINES:
+            docstring = ast.get_docstring(ast.parse(text)) or ""
+            if LONG_MODULE_REASON not in " ".join(docstring.split()):
+                unexplained.append(f"{name} ({text.count(chr(10))} lines)")
+    assert not unexplained, (
+        f"modules over {LONG_MODULE_LINES} lines without '{LONG_MODULE_REASON} …' in their "
+        f"docstring: {unexplained}"
+    )

@@ -16,7 +16,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from tritonbox_api.db.session import Database, settings_url
+from tritonbox_api.db.session import Database
+from tritonbox_api.db.url import settings_url
 from tritonbox_api.main import create_app
 from tritonbox_api.processes import prepare_multiprocess_metrics, worker_count
 from tritonbox_api.settings import ApiSettings

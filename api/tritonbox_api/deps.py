@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 
 from tritonbox_api.db.session import Database
 from tritonbox_api.protocol.errors import ApiError
+from tritonbox_api.service.adapters import AdapterService
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.settings import ApiSettings
@@ -23,6 +24,7 @@ class Services:
     database: Database
     engine_context: EngineContextLoader  # the tokenizer and limits Triton reports
     predictions: PredictionService
+    adapters: AdapterService  # the registered LoRA adapters
 
 
 # The dependencies are `async def` though they never wait: FastAPI runs a plain `def` dependency

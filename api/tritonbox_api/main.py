@@ -10,13 +10,23 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from tritonbox_api.body_limit import BodyLimitMiddleware
-from tritonbox_api.db.session import Database, settings_url
+from tritonbox_api.db.session import Database
+from tritonbox_api.db.url import settings_url
 from tritonbox_api.db.workers import WorkerPresence
 from tritonbox_api.deps import Services
 from tritonbox_api.errors import install_error_handlers
 from tritonbox_api.processes import per_worker_limit, worker_exited
-from tritonbox_api.routes import health, limits, openai, permalink, predict, predictions
+from tritonbox_api.routes import (
+    adapters,
+    health,
+    limits,
+    openai,
+    permalink,
+    predict,
+    predictions,
+)
 from tritonbox_api.security_headers import SecurityHeadersMiddleware
+from tritonbox_api.service.adapters import AdapterService
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.settings import ApiSettings
@@ -53,18 +63,25 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         gateway.start()
         engine_context = EngineContextLoader(gateway, model_name=settings.model_name)
         warm_up = asyncio.create_task(engine_context.warm_up())
+        adapter_service = AdapterService(
+            database=database, gateway=gateway, engine_context=engine_context, settings=settings
+        )
+        # LORA_ADAPTERS, registered once the engine answers (the api may start before Triton).
+        configured = asyncio.create_task(adapter_service.register_configured())
         services = Services(
             settings=settings,
             gateway=gateway,
             database=database,
             engine_context=engine_context,
             predictions=prediction_service,
+            adapters=adapter_service,
         )
         app.state.services = services
         try:
             yield
         finally:
             warm_up.cancel()
+            configured.cancel()
             await services.predictions.cancel_all()
             await presence.stop()
             await gateway.stop()
@@ -80,6 +97,6 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(SecurityHeadersMiddleware)
-    for module in (health, predict, predictions, limits, openai, permalink):
+    for module in (health, predict, predictions, limits, openai, adapters, permalink):
         app.include_router(module.router)
     return app

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings
 
 from tritonbox_common.shared_settings import (
     API_PORT,
+    CACHE_DIR,
     PLAYGROUND_PORT,
     PUBLISH_ADDRESS,
     SERVICE_SETTINGS_CONFIG,
@@ -22,6 +23,8 @@ from tritonbox_common.shared_settings import (
     AllowOpenAccess,
     ApiKey,
     ApiPort,
+    CacheDir,
+    HfToken,
     PlaygroundPort,
     PublicUrl,
     PublishAddress,
@@ -107,6 +110,15 @@ class ApiSettings(BaseSettings):
         description="Save every prediction to the database; false only to measure what "
         "logging costs (predictions then get no permalink).",
     )
+    lora_adapters: str = Field(
+        default="",
+        description="LoRA adapters to register at start, `name=source` separated by commas; a "
+        "source is a local PEFT folder or a Hugging Face repo id (org/name or org/name@revision"
+        ", fetched into CACHE_DIR/hub). Registered adapters are kept in the database, so this "
+        "is only needed once (docs/adapters.md).",
+    )
+    cache_dir: CacheDir = CACHE_DIR
+    hf_token: HfToken = None
 
     @model_validator(mode="before")
     @classmethod

@@ -16,7 +16,7 @@ import grpc
 import tritonclient.grpc.aio as grpcclient
 
 from tritonbox_common.client import Chunk, GenerationRequest, TritonLLMClient, TritonRequestError
-from tritonbox_common.ensemble import READY_MODELS
+from tritonbox_common.ensemble import ENGINE_MODEL, READY_MODELS
 from tritonbox_common.model_params import config_parameters, int_parameter, text_parameter
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,15 @@ class EngineInfo:
     tokenizer_dir: Path
     max_input_len: int
     max_output_len: int
+
+
+@dataclass(frozen=True)
+class LoraSupport:
+    """What adapters the engine takes, read from its `tensorrt_llm` model config."""
+
+    max_rank: int  # 0: adapters off (MAX_LORA_RANK=0, or a GPU engine built without the plugin)
+    target_modules: tuple[str, ...]  # HF names, e.g. ("q_proj", "v_proj")
+    weights_datatype: str  # what `lora_weights` must be sent as: FP32 (cpu), FP16/BF16 (GPU)
 
 
 class TritonGateway:
@@ -86,6 +95,25 @@ class TritonGateway:
             tokenizer_dir=Path(text_parameter(params, "tokenizer_dir")),
             max_input_len=int_parameter(params, "max_input_len"),
             max_output_len=int_parameter(params, "max_output_len"),
+        )
+
+    async def lora_support(self) -> LoraSupport:
+        """The engine's LoRA limits (one source of truth: the settings rendered into Triton)."""
+        try:
+            config = await self._raw.get_model_config(
+                ENGINE_MODEL, as_json=True, client_timeout=self.timeout_s
+            )
+        except Exception as error:
+            raise TritonUnavailableError(f"cannot read Triton's model config: {error}") from None
+        params = config_parameters(config["config"])
+        inputs = config["config"].get("input", [])
+        weights = next((i for i in inputs if i["name"] == "lora_weights"), None)
+        if weights is None or "max_lora_rank" not in params:
+            return LoraSupport(max_rank=0, target_modules=(), weights_datatype="FP32")
+        return LoraSupport(
+            max_rank=int_parameter(params, "max_lora_rank", minimum=0),
+            target_modules=tuple(params.get("lora_target_modules", "").split()),
+            weights_datatype=str(weights.get("data_type", "TYPE_FP32")).removeprefix("TYPE_"),
         )
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[Chunk, None]:

@@ -14,8 +14,7 @@ import functools
 import struct
 import sys
 import time
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,47 +23,19 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
 from tritonclient.grpc._utils import _get_inference_request
 
-# Optional ensemble inputs: name -> Triton datatype, named as the ensemble names them
-# (docs/architecture.md).
-SCALAR_INPUTS: dict[str, str] = {
-    "end_id": "INT32",
-    "pad_id": "INT32",
-    "top_k": "INT32",
-    "top_p": "FP32",
-    "temperature": "FP32",
-    "length_penalty": "FP32",
-    "repetition_penalty": "FP32",
-    "min_tokens": "INT32",
-    "presence_penalty": "FP32",
-    "frequency_penalty": "FP32",
-    "seed": "UINT64",
-    "return_log_probs": "BOOL",
-    "beam_width": "INT32",
-    "exclude_input_in_output": "BOOL",
-}
-_NUMPY_TYPES = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_}
+from tritonbox_common.request_tensors import (
+    GenerationRequest,
+    LoraInputs,
+    build_inputs,
+    input_tensor,
+)
+
+__all__ = ["Chunk", "Generation", "GenerationRequest", "LoraInputs", "TritonLLMClient",
+           "TritonRequestError", "build_inputs"]  # fmt: skip
 
 
 class TritonRequestError(RuntimeError):
     """Triton answered this request with an error (bad input, engine failure, ...)."""
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    prompt: str
-    max_tokens: int
-    stream: bool = True
-    stop_words: Sequence[str] = ()
-    bad_words: Sequence[str] = ()
-    sampling: dict[str, float | int | bool] = field(default_factory=dict)
-    model: str = "ensemble"
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    # Set: the prompt's ids go to the `tensorrt_llm` step itself (`model`), not the ensemble;
-    # stop and bad words then come as packed `[2, N]` token-id lists (`stop_words` and
-    # `bad_words` are the ensemble's).
-    input_ids: Sequence[int] | None = None
-    stop_word_ids: Any = None
-    bad_word_ids: Any = None
 
 
 @dataclass(frozen=True)
@@ -92,66 +63,6 @@ class Generation:
     chunks: int = 0
     time_to_first_token_s: float | None = None
     total_time_s: float = 0.0
-
-
-def _input(name: str, array: np.ndarray[Any, Any], datatype: str) -> InferInput:
-    tensor = InferInput(name, list(array.shape), datatype)
-    tensor.set_data_from_numpy(array)
-    return tensor
-
-
-# The `tensorrt_llm` step's names for the ensemble inputs it gets under another name.
-ENGINE_INPUT_NAMES = {
-    "top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty",
-}  # fmt: skip
-
-
-def build_engine_inputs(request: GenerationRequest) -> list[InferInput]:
-    """The `tensorrt_llm` step's input tensors for a request with `input_ids`."""
-    assert request.input_ids is not None
-    ids = np.asarray([list(request.input_ids)], dtype=np.int32)
-    inputs = [
-        _input("input_ids", ids, "INT32"),
-        _input("input_lengths", np.array([[ids.shape[1]]], dtype=np.int32), "INT32"),
-        _input("request_output_len", np.array([[request.max_tokens]], dtype=np.int32), "INT32"),
-        _input("streaming", np.array([[request.stream]], dtype=np.bool_), "BOOL"),
-    ]
-    for name, packed in (
-        ("stop_words_list", request.stop_word_ids),
-        ("bad_words_list", request.bad_word_ids),
-    ):
-        if packed is not None:
-            words = np.asarray(packed, dtype=np.int32)[np.newaxis]
-            inputs.append(_input(name, words, "INT32"))
-    for name, value in {"exclude_input_in_output": True, **request.sampling}.items():
-        if name not in SCALAR_INPUTS:
-            raise ValueError(f"unknown sampling input {name!r}; known: {sorted(SCALAR_INPUTS)}")
-        datatype = SCALAR_INPUTS[name]
-        array = np.array([[value]], dtype=_NUMPY_TYPES[datatype])
-        inputs.append(_input(ENGINE_INPUT_NAMES.get(name, name), array, datatype))
-    return inputs
-
-
-def build_inputs(request: GenerationRequest) -> list[InferInput]:
-    """The ensemble's input tensors for one request (batch dimension 1); the `tensorrt_llm`
-    step's when the request carries its `input_ids`."""
-    if request.input_ids is not None:
-        return build_engine_inputs(request)
-    inputs = [
-        _input("text_input", np.array([[request.prompt.encode()]], dtype=np.object_), "BYTES"),
-        _input("max_tokens", np.array([[request.max_tokens]], dtype=np.int32), "INT32"),
-        _input("stream", np.array([[request.stream]], dtype=np.bool_), "BOOL"),
-    ]
-    for name, words in (("stop_words", request.stop_words), ("bad_words", request.bad_words)):
-        if words:
-            array = np.array([[word.encode() for word in words]], dtype=np.object_)
-            inputs.append(_input(name, array, "BYTES"))
-    for name, value in request.sampling.items():
-        if name not in SCALAR_INPUTS:
-            raise ValueError(f"unknown sampling input {name!r}; known: {sorted(SCALAR_INPUTS)}")
-        datatype = SCALAR_INPUTS[name]
-        inputs.append(_input(name, np.array([[value]], dtype=_NUMPY_TYPES[datatype]), datatype))
-    return inputs
 
 
 # What a stream asks for when its caller needs the ids only (`with_text=False`): the engine
@@ -289,10 +200,10 @@ class TritonLLMClient:
     async def stop(self, request_id: str) -> None:
         """Stop the engine's work on `request_id` (TensorRT-LLM's `stop` input)."""
         inputs = [
-            _input("input_ids", np.zeros((1, 1), dtype=np.int32), "INT32"),
-            _input("input_lengths", np.ones((1, 1), dtype=np.int32), "INT32"),
-            _input("request_output_len", np.ones((1, 1), dtype=np.int32), "INT32"),
-            _input("stop", np.ones((1, 1), dtype=np.bool_), "BOOL"),
+            input_tensor("input_ids", np.zeros((1, 1), dtype=np.int32), "INT32"),
+            input_tensor("input_lengths", np.ones((1, 1), dtype=np.int32), "INT32"),
+            input_tensor("request_output_len", np.ones((1, 1), dtype=np.int32), "INT32"),
+            input_tensor("stop", np.ones((1, 1), dtype=np.bool_), "BOOL"),
         ]
         call = self._open("tensorrt_llm", request_id, inputs)
         try:

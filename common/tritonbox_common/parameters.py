@@ -141,6 +141,17 @@ BAD_WORDS = Parameter(
     size_limit=f"≤ {MAX_WORDS} words of 1–{MAX_WORD_CHARS} characters",
 )
 
+# Not a sampling parameter (so in none of the tuples below): which registered LoRA adapter of
+# the base model answers, by name (`input.adapter`; on the OpenAI routes, `model`).
+ADAPTER = Parameter(
+    "adapter",
+    None,
+    "A fine-tune of the model (a LoRA adapter registered on the api); none = the base model.",
+)
+# What an adapter may be called: safe in a URL path, a file name and an OpenAI `model` field.
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+AdapterName = Annotated[str, StringConstraints(pattern=ADAPTER_NAME_PATTERN)]
+
 SAMPLING_PARAMETERS = (
     TEMPERATURE,
     TOP_P,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, SecretStr
@@ -41,6 +42,18 @@ ApiKey = Annotated[
         "`Authorization: Bearer <API_KEY>`; the playground's server sends it (it never reaches "
         "the browser)."
     ),
+]
+CacheDir = Annotated[
+    Path,
+    Field(
+        description="Where downloads are kept (the default model, Hugging Face repositories "
+        "and adapters under CACHE_DIR/hub), with the rendered repository and server logs."
+    ),
+]
+CACHE_DIR = Path(".cache")
+HfToken = Annotated[
+    SecretStr | None,
+    Field(description="Hugging Face token for private or gated repositories (never logged)."),
 ]
 PublicUrl = Annotated[
     str,

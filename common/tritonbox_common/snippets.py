@@ -124,10 +124,17 @@ def openai(generation_input: dict[str, Any], api_url: str, *, api_key_required: 
         if api_key_required
         else "from openai import OpenAI"
     )
+    # An adapter is a model of its own on the OpenAI routes; the base is the first one listed.
+    adapter = generation_input.get("adapter")
+    model = (
+        f"model = {json.dumps(adapter)}  # a LoRA adapter of the base model\n"
+        if adapter
+        else "model = client.models.list().data[0].id\n"
+    )
     return (
         f"{imports}\n\n"
         f"client = OpenAI(base_url={json.dumps(api_url + '/v1')}, api_key={key})\n"
-        "model = client.models.list().data[0].id\n"
+        f"{model}"
         f"stream = {call}(\n"
         "    model=model,\n"
         f"{head}{''.join(lines)}"

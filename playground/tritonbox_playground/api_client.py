@@ -22,6 +22,15 @@ class PlaygroundError(Exception):
         self.status_code = status_code
 
 
+class AdapterRef(BaseModel):
+    """Which adapter produced a prediction: its name and the sha256 of its files."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    sha256: str = ""
+
+
 class PredictionView(BaseModel):
     """The part of the api's prediction object the playground shows."""
 
@@ -39,6 +48,23 @@ class PredictionView(BaseModel):
     metrics: dict[str, float | int | None] = {}
     urls: dict[str, str] = {}
     created_at: str | None = None
+    adapter: AdapterRef | None = None  # None: the base model (and every row from before 0.3)
+
+
+class AdapterInfo(BaseModel):
+    """One adapter of the api's GET /v1/adapters (the part the page shows)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    sha256: str = ""
+    rank: int | None = None
+    source: str = ""
+
+
+# GET /v1/adapters answers these when adapters are turned off (MAX_LORA_RANK=0: 501) or the api
+# predates them (404): the page then offers the base model only, and says so.
+ADAPTERS_OFF = (404, 501)
 
 
 class EngineLimits(BaseModel):
@@ -139,6 +165,19 @@ class ApiClient:
             return EngineLimits.model_validate(body)
         except ValidationError:
             raise PlaygroundError("the api's limits have an unexpected shape") from None
+
+    async def adapters(self) -> list[AdapterInfo] | None:
+        """The registered adapters, or None when this api serves none (turned off, or too old)."""
+        try:
+            body = await self._json("GET", "/v1/adapters")
+        except PlaygroundError as failure:
+            if failure.status_code in ADAPTERS_OFF:
+                return None
+            raise
+        try:
+            return [AdapterInfo.model_validate(item) for item in body["data"]]
+        except (KeyError, TypeError, ValidationError):
+            raise PlaygroundError("the api's list of adapters has an unexpected shape") from None
 
     async def list(self, *, limit: int = 20, source: str | None = None) -> list[PredictionView]:
         params: dict[str, str | int] = {"limit": limit}

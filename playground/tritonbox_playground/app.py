@@ -12,6 +12,8 @@ import gradio as gr
 
 from tritonbox_common import snippets
 from tritonbox_playground import display
+from tritonbox_playground.adapters import ADAPTER
+from tritonbox_playground.adapters import restored as restored_adapter
 from tritonbox_playground.api_client import (
     ApiClient,
     PlaygroundError,
@@ -20,7 +22,6 @@ from tritonbox_playground.api_client import (
 )
 from tritonbox_playground.compare_app import wire_compare
 from tritonbox_playground.form import (
-    CHAT_MODE,
     FIELDS,
     from_prediction,
     generation_input,
@@ -28,8 +29,9 @@ from tritonbox_playground.form import (
     plain_error,
 )
 from tritonbox_playground.layout import ALL_SOURCES, build_layout, earlier_note
-from tritonbox_playground.layout_parts import named
+from tritonbox_playground.layout_parts import named, switch_mode
 from tritonbox_playground.page_load import wire_page_load
+from tritonbox_playground.quiet_queue import quieten
 from tritonbox_playground.runs import ActiveRuns, session_of, stop_run
 from tritonbox_playground.settings import PlaygroundSettings
 
@@ -72,7 +74,10 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             state = from_prediction(prediction)
             note = earlier_note(state.earlier)
             return [
-                *(state.values[name] for name in FIELDS),
+                *(
+                    restored_adapter(state.values[name]) if name == ADAPTER else state.values[name]
+                    for name in FIELDS
+                ),
                 state.earlier,
                 note,
                 gr.Button(visible=bool(state.earlier)),
@@ -169,18 +174,6 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
                 snippets.openai(body, api_url, api_key_required=key_required),
             )
 
-        def switch_mode(mode: str) -> tuple[Any, Any]:
-            chat = mode == CHAT_MODE
-            return (
-                gr.Textbox(visible=chat),
-                gr.Textbox(
-                    label="Your message" if chat else "Prompt",
-                    placeholder="Write your message to the assistant…"
-                    if chat
-                    else "Write the text the model should continue…",
-                ),
-            )
-
         def forget_earlier() -> tuple[list[dict[str, str]], Any, Any]:
             return [], earlier_note([]), gr.Button(visible=False)
 
@@ -251,4 +244,5 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
         )
         wire_page_load(demo, page, api)
     demo.queue(default_concurrency_limit=settings.playground_concurrency)
+    quieten(demo)  # no 1 ms poll while idle: quiet_queue.py says why
     return demo

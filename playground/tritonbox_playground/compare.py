@@ -15,13 +15,16 @@ from typing import Any
 
 from tritonbox_common import parameters as p
 from tritonbox_playground import display
+from tritonbox_playground.adapters import ADAPTER, BASE, adapter_name
 from tritonbox_playground.api_client import ApiClient, PlaygroundError, PredictionView, StreamEvent
 from tritonbox_playground.form import LABELS, defaults, from_prediction, text_from_words
 
 COLUMNS = ("A", "B", "C")
 SHARED = ("mode", "system_prompt", "prompt")
-# What each column sets; the rest keep the api's defaults.
+# What each column sets; the rest keep the api's defaults. The adapter is a setting like the
+# others, so "base vs fine-tune" is one comparison with one share link.
 COLUMN_FIELDS = (
+    ADAPTER,
     p.TEMPERATURE.name,
     p.MAX_TOKENS.name,
     p.STOP_WORDS.name,
@@ -39,6 +42,15 @@ def column_defaults(index: int) -> dict[str, Any]:
     values = defaults()
     values[p.TEMPERATURE.name] = STARTING_TEMPERATURES[index]
     return {name: values[name] for name in COLUMN_FIELDS}
+
+
+def base_vs_adapter(adapter: str, max_tokens: Any = None) -> list[dict[str, Any]]:
+    """Settings A (the base model) and B (`adapter`), alike in everything else and greedy, so
+    the two answers differ only by what the fine-tune learned."""
+    side = column_defaults(0) | {p.TEMPERATURE.name: 0.0}
+    if max_tokens:
+        side[p.MAX_TOKENS.name] = max_tokens
+    return [side | {ADAPTER: BASE}, side | {ADAPTER: adapter}]
 
 
 def with_shared_seed(columns: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -64,6 +76,8 @@ def parse_ids(text: str | None) -> list[str]:
 
 
 def _shown(name: str, value: Any) -> str:
+    if name == ADAPTER:
+        return str(value or BASE)
     if name in (p.STOP_WORDS.name, p.BAD_WORDS.name):
         words = [str(word) for word in value] if isinstance(value, list) else []
         return ", ".join(f"“{text_from_words([word])}”" for word in words) or "none"
@@ -79,7 +93,10 @@ def _same(value: Any) -> str:
 def differences(predictions: Sequence[PredictionView]) -> list[str]:
     """For each prediction, the settings in which it differs from the others, e.g.
     "Temperature 0 · Stop words “.”" (empty when all are alike)."""
-    sent = [{**prediction.input, **prediction.applied} for prediction in predictions]
+    sent = [
+        {**prediction.input, **prediction.applied, ADAPTER: adapter_name(prediction)}
+        for prediction in predictions
+    ]
     names = [
         name
         for name in LABELS

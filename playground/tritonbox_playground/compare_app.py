@@ -11,6 +11,8 @@ import gradio as gr
 
 from tritonbox_common import parameters as p
 from tritonbox_playground import display
+from tritonbox_playground.adapters import ADAPTER
+from tritonbox_playground.adapters import restored as restored_adapter
 from tritonbox_playground.api_client import ApiClient, PlaygroundError, PredictionView, RunStarted
 from tritonbox_playground.compare import (
     COLUMN_FIELDS,
@@ -25,8 +27,8 @@ from tritonbox_playground.compare import (
     with_shared_seed,
 )
 from tritonbox_playground.compare_layout import PRESETS, CompareLayout
-from tritonbox_playground.form import CHAT_MODE, generation_input, missing_prompt, plain_error
-from tritonbox_playground.layout_parts import named
+from tritonbox_playground.form import generation_input, missing_prompt, plain_error
+from tritonbox_playground.layout_parts import named, switch_mode
 from tritonbox_playground.runs import ActiveRuns, session_of, stop_run
 
 # The page's own address is known only to the browser: it turns `?compare=…` into a full link.
@@ -168,18 +170,6 @@ def wire_compare(layout: CompareLayout, api: ApiClient, runs: ActiveRuns) -> Any
         show_progress="hidden",
     )
 
-    def switch_mode(mode: str) -> list[Any]:
-        chat = mode == CHAT_MODE
-        return [
-            gr.Textbox(visible=chat),
-            gr.Textbox(
-                label="Your message" if chat else "Prompt",
-                placeholder="Write your message to the assistant…"
-                if chat
-                else "Write the text the model should continue…",
-            ),
-        ]
-
     layout.shared["mode"].change(
         switch_mode,
         inputs=layout.shared["mode"],
@@ -222,6 +212,7 @@ def comparison_values(layout: CompareLayout, predictions: list[PredictionView]) 
     values[layout.third] = len(predictions) > 2
     for column, settings in zip(layout.columns, columns, strict=False):
         values.update({column[name]: settings[name] for name in COLUMN_FIELDS})
+        values[column[ADAPTER]] = restored_adapter(settings[ADAPTER])
     board = Board(len(predictions))
     for index, prediction in enumerate(predictions):
         board.texts[index] = prediction.output

@@ -10,6 +10,7 @@ from typing import Any
 import gradio as gr
 
 from tritonbox_common import parameters as p
+from tritonbox_playground import adapters
 from tritonbox_playground.compare import COLUMN_FIELDS, COLUMNS, SHARED, column_defaults
 from tritonbox_playground.form import CHAT_MODE, LABELS, MODES, PROMPT_MODE, hint, prompt_hint
 from tritonbox_playground.layout_parts import number_control
@@ -42,6 +43,8 @@ class CompareLayout:
     settings_boxes: list[Any] = field(default_factory=list)
     answer_boxes: list[Any] = field(default_factory=list)
     presets: list[Any] = field(default_factory=list)
+    base_vs_adapter: Any = None  # the preset that compares the base model with a fine-tune
+    adapter_note: Any = None
     share: Any = None
     link: Any = None
 
@@ -56,7 +59,7 @@ def _column(label: str, index: int) -> dict[str, Any]:
     start = column_defaults(index)
     suffix = f"_{label.lower()}"
     gr.Markdown(f"### Setting {label}")
-    controls: dict[str, Any] = {}
+    controls: dict[str, Any] = {adapters.ADAPTER: adapters.picker(suffix)}
     for parameter in (p.TEMPERATURE, p.MAX_TOKENS):
         controls[parameter.name] = number_control(parameter, suffix, start[parameter.name])
     for parameter in (p.STOP_WORDS, p.BAD_WORDS):
@@ -83,12 +86,17 @@ def build_compare() -> CompareLayout:
     """Create the tab's components; call inside `gr.Tab(...)`."""
     gr.Markdown(
         "Run **one prompt with two or three settings side by side** and see how the answers "
-        "differ. Each answer is saved with its own permalink, and one link reopens the whole "
-        "comparison. Start from an example or write your own prompt, change a setting, then "
-        "press **Compare**."
+        "differ, or the base model next to a fine-tune of it (an adapter). Each answer is "
+        "saved with its own permalink, and one link reopens the whole comparison. Start from "
+        "an example or write your own prompt, change a setting, then press **Compare**."
     )
     with gr.Row():
+        # Shown once the api lists an adapter: fills A with the base model, B with a fine-tune.
+        base_vs_adapter = gr.Button(
+            "Base vs adapter", size="sm", visible=False, elem_id="compare_base_vs_adapter"
+        )
         presets = [gr.Button(preset[0], size="sm") for preset in PRESETS]
+    adapter_note = gr.Markdown(visible=False, elem_id="compare_adapter_note")
     shared: dict[str, Any] = {}
     shared["mode"] = gr.Radio(list(MODES), value=PROMPT_MODE, label="Mode", elem_id="compare_mode")
     shared["prompt"] = gr.Textbox(
@@ -123,6 +131,8 @@ def build_compare() -> CompareLayout:
         run_button=run_button,
         stop_button=stop_button,
         presets=presets,
+        base_vs_adapter=base_vs_adapter,
+        adapter_note=adapter_note,
         settings_boxes=settings_boxes,
     )
     with gr.Row(equal_height=False):

@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 
+from tritonbox_playground.adapters import SHORT_SHA
 from tritonbox_playground.api_client import PredictionView
 from tritonbox_playground.form import text_from_words
 
@@ -71,11 +72,23 @@ def outcome(prediction: PredictionView) -> str:
     else:
         head = f"**{escape(prediction.status.capitalize())}…**"
     lines = [head, *words_notes(prediction)]
-    web = prediction.urls.get("web")
+    web, made_by = prediction.urls.get("web"), adapter(prediction)
     if web:
-        lines.append(f"Permalink: [{escape(web)}]({web})")
+        lines.append(f"Permalink: [{escape(web)}]({web})" + (f" · {made_by}" if made_by else ""))
+    elif made_by:
+        lines.append(f"Made with the {made_by}")
     lines.append(metrics(prediction))
     return "\n\n".join(lines)
+
+
+def adapter(prediction: PredictionView) -> str:
+    """Which fine-tune answered: "adapter **name** (sha256 `1a2b3c4d5e6f`)"; "" for the base."""
+    made_by = prediction.adapter
+    if made_by is None:
+        return ""
+    sha = made_by.sha256[:SHORT_SHA]
+    digest = f" (sha256 `{sha}`)" if re.fullmatch(r"[0-9a-f]+", sha) else ""
+    return f"adapter **{escape(made_by.name)}**{digest}"
 
 
 def _quoted(words: Sequence[str]) -> str:
@@ -147,7 +160,8 @@ def recent_row(prediction: PredictionView) -> list[str]:
     return [
         _when(prediction.created_at),
         prediction.status,
-        prediction.source,
+        # Which fine-tune answered, so base and adapter runs of one prompt tell apart.
+        prediction.source + (f" · {prediction.adapter.name}" if prediction.adapter else ""),
         _short(prompt_of(prediction)),
         _short(prediction.output),
         prediction.id,

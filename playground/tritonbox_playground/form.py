@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonbox_common import parameters as p
+from tritonbox_playground.adapters import ADAPTER, BASE, adapter_name, sent
 from tritonbox_playground.api_client import EngineLimits, PlaygroundError, PredictionView
 
 PROMPT_MODE, CHAT_MODE = "Prompt", "Chat"
@@ -24,7 +25,9 @@ MORE_NUMBERS = (p.PRESENCE_PENALTY, p.FREQUENCY_PENALTY, p.MIN_TOKENS)
 WORD_LISTS = (p.STOP_WORDS, p.BAD_WORDS)
 INTEGERS = frozenset({p.MAX_TOKENS.name, p.TOP_K.name, p.MIN_TOKENS.name, p.SEED.name})
 
+# Adapter first: Compare names the settings that differ in this order, the model first.
 LABELS = {
+    ADAPTER: "Adapter",
     p.MAX_TOKENS.name: "Max tokens",
     p.TEMPERATURE.name: "Temperature",
     p.TOP_P.name: "Top-p",
@@ -43,6 +46,7 @@ FIELDS: tuple[str, ...] = (
     "mode",
     "system_prompt",
     "prompt",
+    ADAPTER,
     *(parameter.name for parameter in MAIN_NUMBERS),
     p.SEED.name,
     *(parameter.name for parameter in WORD_LISTS),
@@ -174,6 +178,9 @@ def generation_input(
         body["messages"] = messages
     else:
         body["prompt"] = prompt
+    adapter = sent(values.get(ADAPTER))
+    if adapter:
+        body[ADAPTER] = adapter
     for parameter in (*MAIN_NUMBERS, *MORE_NUMBERS):
         number = _number(parameter.name, values.get(parameter.name))
         if number is not None:
@@ -196,6 +203,7 @@ class Restored:
 
 def defaults() -> dict[str, Any]:
     values: dict[str, Any] = {"mode": PROMPT_MODE, "system_prompt": "", "prompt": ""}
+    values[ADAPTER] = BASE
     for parameter in (*MAIN_NUMBERS, *MORE_NUMBERS):
         values[parameter.name] = parameter.default
     values[p.SEED.name] = "" if p.SEED.default is None else str(p.SEED.default)
@@ -225,6 +233,7 @@ def from_prediction(prediction: PredictionView) -> Restored:
         earlier = chat
     else:
         values["prompt"] = str(source.get("prompt") or "")
+    values[ADAPTER] = adapter_name(prediction) or BASE
     for parameter in (*MAIN_NUMBERS, *MORE_NUMBERS):
         if source.get(parameter.name) is not None:
             values[parameter.name] = source[parameter.name]

@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from tritonbox_common import parameters as p
-from tritonbox_playground import display
+from tritonbox_playground import adapters
 from tritonbox_playground.compare_layout import CompareLayout, build_compare
 from tritonbox_playground.form import (
     CHAT_MODE,
@@ -27,9 +27,9 @@ from tritonbox_playground.form import (
     hint,
     prompt_hint,
 )
-from tritonbox_playground.layout_parts import number_control
+from tritonbox_playground.layout_parts import ALL_SOURCES, number_control, recent_list
 
-ALL_SOURCES = "all"
+__all__ = ["ALL_SOURCES", "Layout", "build_layout", "earlier_note"]
 
 EXAMPLES = [
     # mode, system prompt, prompt, max tokens, temperature, stop words, bad words
@@ -57,6 +57,7 @@ class Layout:
     (.click, .change, .submit) at run time."""
 
     controls: dict[str, Any]
+    adapter_note: Any
     earlier: Any
     earlier_note: Any
     new_chat: Any
@@ -98,7 +99,7 @@ def build_layout(*, key_required: bool) -> Layout:
             parts = _run_tab(controls, key_required=key_required)
         with gr.Tab("Compare settings", id="compare", elem_id="compare_tab"):
             compare = build_compare()
-    recent_parts = _recent()
+    recent_parts = recent_list()
     return Layout(controls=controls, earlier=earlier, tabs=tabs, compare=compare,
                   **parts, **recent_parts)  # fmt: skip
 
@@ -143,6 +144,8 @@ def _run_tab(controls: dict[str, Any], *, key_required: bool) -> dict[str, Any]:
             result = gr.Markdown(label="Result", elem_id="result")
             prediction_id = gr.Textbox(label="Prediction id", visible=False)
         with gr.Column(scale=2):
+            controls[adapters.ADAPTER] = adapters.picker()
+            adapter_note = gr.Markdown(visible=False, elem_id="adapter_note")
             for parameter in MAIN_NUMBERS:
                 controls[parameter.name] = number_control(parameter)
             controls[p.SEED.name] = gr.Textbox(
@@ -201,6 +204,7 @@ def _run_tab(controls: dict[str, Any], *, key_required: bool) -> dict[str, Any]:
                 )
 
     return dict(
+        adapter_note=adapter_note,
         earlier_note=earlier_note_box,
         new_chat=new_chat,
         run_button=run_button,
@@ -211,39 +215,4 @@ def _run_tab(controls: dict[str, Any], *, key_required: bool) -> dict[str, Any]:
         curl_code=curl_code,
         python_code=python_code,
         openai_code=openai_code,
-    )
-
-
-def _recent() -> dict[str, Any]:
-    with gr.Accordion("Recent predictions", open=True):
-        with gr.Row():
-            recent_source = gr.Radio(
-                [("Playground runs", "playground"), ("All", ALL_SOURCES)],
-                value="playground",
-                label="Show",
-                scale=3,
-            )
-            refresh = gr.Button("Refresh", size="sm", scale=1)
-        recent = gr.Dataframe(
-            headers=display.RECENT_HEADERS,
-            datatype="str",
-            interactive=False,
-            wrap=True,
-            elem_id="recent",
-            label="Click a row to open it",
-        )
-        with gr.Row():
-            open_id = gr.Textbox(
-                label="Open a prediction",
-                placeholder="a prediction id or permalink",
-                scale=4,
-                elem_id="open_id",
-            )
-            open_button = gr.Button("Open", size="sm", scale=1)
-    return dict(
-        recent_source=recent_source,
-        refresh=refresh,
-        recent=recent,
-        open_id=open_id,
-        open_button=open_button,
     )

@@ -1,4 +1,5 @@
-"""Controls that the Run and Compare tabs build alike, and the names their events show."""
+"""Controls that the Run and Compare tabs build alike, the names their events show, and the
+list of recent predictions under both."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from typing import Any
 import gradio as gr
 
 from tritonbox_common import parameters as p
-from tritonbox_playground.form import INTEGERS, LABELS, hint
+from tritonbox_playground import display
+from tritonbox_playground.form import CHAT_MODE, INTEGERS, LABELS, hint
+
+ALL_SOURCES = "all"
 
 
 def number_control(parameter: p.Parameter, suffix: str = "", value: Any = None) -> Any:
@@ -44,3 +48,52 @@ def named(
     fields = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names]
     fn.__signature__ = signature.replace(parameters=[*first, *fields])  # type: ignore[attr-defined]
     return fn
+
+
+def switch_mode(mode: str) -> list[Any]:
+    """(system prompt, prompt) as the mode needs them: a chat has a system prompt and a message."""
+    chat = mode == CHAT_MODE
+    return [
+        gr.Textbox(visible=chat),
+        gr.Textbox(
+            label="Your message" if chat else "Prompt",
+            placeholder="Write your message to the assistant…"
+            if chat
+            else "Write the text the model should continue…",
+        ),
+    ]
+
+
+def recent_list() -> dict[str, Any]:
+    with gr.Accordion("Recent predictions", open=True):
+        with gr.Row():
+            recent_source = gr.Radio(
+                [("Playground runs", "playground"), ("All", ALL_SOURCES)],
+                value="playground",
+                label="Show",
+                scale=3,
+            )
+            refresh = gr.Button("Refresh", size="sm", scale=1)
+        recent = gr.Dataframe(
+            headers=display.RECENT_HEADERS,
+            datatype="str",
+            interactive=False,
+            wrap=True,
+            elem_id="recent",
+            label="Click a row to open it",
+        )
+        with gr.Row():
+            open_id = gr.Textbox(
+                label="Open a prediction",
+                placeholder="a prediction id or permalink",
+                scale=4,
+                elem_id="open_id",
+            )
+            open_button = gr.Button("Open", size="sm", scale=1)
+    return dict(
+        recent_source=recent_source,
+        refresh=refresh,
+        recent=recent,
+        open_id=open_id,
+        open_button=open_button,
+    )

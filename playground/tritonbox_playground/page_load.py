@@ -1,5 +1,6 @@
 """What the page asks the api when it opens: this engine's limits (so every hint shows its
-numbers) and, for `/?compare=<id>,<id>`, the predictions of a shared comparison."""
+numbers), its adapters (adapter_events.py) and, for `/?compare=<id>,<id>`, the predictions of
+a shared comparison."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import gradio as gr
 
 from tritonbox_common import parameters as p
 from tritonbox_playground import display
+from tritonbox_playground.adapter_events import wire_adapters
 from tritonbox_playground.api_client import ApiClient, EngineLimits, PlaygroundError
 from tritonbox_playground.compare import QUERY
 from tritonbox_playground.compare_app import (
@@ -64,3 +66,4 @@ def wire_page_load(demo: gr.Blocks, page: Layout, api: ApiClient) -> None:
     demo.load(open_from_url, outputs=comparison, api_visibility="private").then(
         None, inputs=compare.link, outputs=compare.link, js=ABSOLUTE_LINK_JS
     )
+    wire_adapters(demo, page, api)

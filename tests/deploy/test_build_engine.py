@@ -191,3 +191,39 @@ def test_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls[0] == ("token", "hf_write")
     assert calls[1] == ("create", ("my-org/engine", {"private": True, "exist_ok": True}))
     assert calls[2][1]["folder_path"] == str(tmp_path)
+
+
+def test_the_lora_plugin_follows_max_lora_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    # trtllm-build 0.20: --lora_plugin takes a PluginConfig dtype, --max_lora_rank an int,
+    # --lora_target_modules (nargs +) names of LoraManager.LORA_MODULE_IDS (tensorrt_llm/
+    # commands/build.py, plugin/plugin.py; tests/triton/conformance/SOURCE.md, "LoRA").
+    monkeypatch.delenv("MAX_LORA_RANK", raising=False)
+    assert build_engine.parse_args(["--model=m", "--output=o"]).max_lora_rank == (
+        TritonSettings.model_fields["max_lora_rank"].default
+    )
+    _, build = commands(["--model=m", "--output=o", "--preset=bf16", "--max-lora-rank=16"])
+    assert "--lora_plugin=bfloat16" in build and "--max_lora_rank=16" in build
+    at = build.index("--lora_target_modules")
+    modules = build[at + 1 : at + 8]
+    assert modules == [
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_dense",
+        "mlp_h_to_4h",
+        "mlp_gate",
+        "mlp_4h_to_h",
+    ]
+    assert build[at + 8 :] == []  # nargs="+": nothing may follow that is not a module
+    monkeypatch.setenv("MAX_LORA_RANK", "0")
+    _, build = commands(["--model=m", "--output=o"])
+    assert not [flag for flag in build if flag.startswith("--lora") or "lora_rank" in flag]
+    monkeypatch.setenv("MAX_LORA_RANK", "8")
+    _, build = commands(["--model=m", "--output=o"])  # fp16 preset
+    assert "--lora_plugin=float16" in build and "--max_lora_rank=8" in build
+
+
+def test_a_negative_lora_rank_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_engine.parse_args(["--model=m", "--output=o", "--max-lora-rank=-1"])
+    assert "--max-lora-rank -1" in capsys.readouterr().err

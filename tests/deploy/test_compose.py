@@ -1,6 +1,10 @@
 """compose.yaml (GPU, the default), compose.cpu.yaml (the CPU switch) and their shared part,
 checked with the real Compose CLI (`docker-compose config`: interpolation, include, validation;
-no Docker engine needed) and against the Compose Specification schema."""
+no Docker engine needed) and against the Compose Specification schema.
+
+Longer than 250 lines because it checks every compose file's services, volumes and settings against
+one shared parse of them.
+"""
 
 from __future__ import annotations
 
@@ -147,6 +151,18 @@ def test_containers_are_hardened(gpu: dict[str, Any], cpu: dict[str, Any]) -> No
             assert "/tmp" in service["tmpfs"], name
 
 
+def test_triton_stops_and_crashes_cleanly(gpu: dict[str, Any], cpu: dict[str, Any]) -> None:
+    """An init reaps what a crashed tritonserver leaves, and `docker stop` waits longer than the
+    launcher's own stop (issue 23; tests/compose/stop_checks.py runs both for real)."""
+    from tritonbox_triton.server import STOP_GRACE_S
+
+    for model in (gpu, cpu):
+        triton = model["services"]["triton"]
+        assert triton["init"] is True
+        assert float(triton["stop_grace_period"].removesuffix("s")) > STOP_GRACE_S + 5
+        assert triton["restart"] == "unless-stopped"
+
+
 def test_published_ports_follow_the_settings(project: Path) -> None:
     model = resolved(project, env=GPU_ENV | {"API_PORT": "9080", "PLAYGROUND_PORT": "9860"})
     assert model["services"]["api"]["ports"][0]["published"] == "9080"
@@ -176,7 +192,7 @@ def test_named_volumes_for_cache_and_database(gpu: dict[str, Any], cpu: dict[str
 
 
 def test_the_api_reads_adapters_made_on_the_host(gpu: dict[str, Any], cpu: dict[str, Any]) -> None:
-    # scripts/train_demo_adapter.py writes .cache/adapters/demo on the host; the api registers
+    # scripts/train_demo_adapter writes .cache/adapters/demo on the host; the api registers
     # /adapters/demo (docs/adapters.md). The engine gets the weights from the api, not a file.
     for model in (gpu, cpu):
         kind, source, read_only = _mounts(model["services"]["api"])["/adapters"]

@@ -80,9 +80,9 @@ def test_every_variable_is_a_documented_setting() -> None:
 
 
 def test_the_standin_is_built_for_the_pinned_image() -> None:
-    """scripts/test_compose builds scripts/docker_standin_postgres under the overlay's pin when
+    """scripts/test_compose builds tests/compose/standins/postgres under the overlay's pin when
     it cannot be pulled; the script's own default must follow a bump of that pin."""
     pinned = yaml.safe_load((REPO / OVERLAY).read_text())["services"]["postgres"]["image"]
-    script = (REPO / "scripts/docker_standin_postgres").read_text()
+    script = (REPO / "tests/compose/standins/postgres").read_text()
     (default,) = re.findall(r"^TAG=\$\{1:-(\S+)\}$", script, re.MULTILINE)
     assert default == pinned

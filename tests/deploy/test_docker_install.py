@@ -1,5 +1,5 @@
 """The images' shared install step (scripts/docker_install.py) and the build's view of this
-machine's pip settings (scripts/docker_build_env.py), without a Docker engine."""
+machine's pip settings (tests/compose/docker_build_env.py), without a Docker engine."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from tritonbox_testing.deploy import REPO
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / f"scripts/{name}.py")
+def _load(name: str, path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -25,8 +25,8 @@ def _load(name: str) -> ModuleType:
     return module
 
 
-install = _load("docker_install")
-build_env = _load("docker_build_env")
+install = _load("docker_install", "scripts/docker_install.py")
+build_env = _load("docker_build_env", "tests/compose/docker_build_env.py")
 
 
 def test_pins_follow_includes(tmp_path: Path) -> None:

@@ -138,3 +138,52 @@ def test_list_reads_the_results_and_passes_the_filter() -> None:
 
     listed = asyncio.run(client(handler).list(limit=5, source="playground"))
     assert [prediction.id for prediction in listed] == ["abc"]
+
+
+ADAPTER = {
+    "name": "pirate",
+    "source": "/adapters/pirate",
+    "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "rank": 8,
+    "alpha": 16.0,
+    "target_modules": ["q_proj", "v_proj"],
+    "sha256": "3f2a" + "0" * 60,
+    "task_id": 123,
+    "size_bytes": 4096,
+    "created_at": "2026-11-24T19:00:00Z",
+}
+
+
+def test_adapters_are_listed_and_off_is_not_an_error() -> None:
+    answers = {"list": httpx.Response(200, json={"object": "list", "data": [ADAPTER]})}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/adapters"
+        assert request.headers["authorization"] == "Bearer k"  # a route behind the key
+        return answers["list"]
+
+    listed = asyncio.run(client(handler).adapters())
+    assert listed is not None and [(a.name, a.sha256, a.rank) for a in listed] == [
+        ("pirate", ADAPTER["sha256"], 8)
+    ]
+    answers["list"] = httpx.Response(200, json={"object": "list", "data": []})
+    assert asyncio.run(client(handler).adapters()) == []
+    # Turned off (MAX_LORA_RANK=0) or an api from before adapters: the base model only.
+    for status in (404, 501):
+        answers["list"] = httpx.Response(status, json={"error": {"message": "off"}})
+        assert asyncio.run(client(handler).adapters()) is None
+    answers["list"] = httpx.Response(500, json={"error": {"message": "database is locked"}})
+    with pytest.raises(PlaygroundError, match="database is locked"):
+        asyncio.run(client(handler).adapters())
+    answers["list"] = httpx.Response(200, json={"object": "list"})
+    with pytest.raises(PlaygroundError, match="list of adapters has an unexpected shape"):
+        asyncio.run(client(handler).adapters())
+
+
+def test_a_prediction_says_which_adapter_made_it() -> None:
+    made = PredictionView.model_validate(
+        PREDICTION | {"adapter": {"name": "pirate", "sha256": ADAPTER["sha256"]}}
+    )
+    assert made.adapter is not None and made.adapter.name == "pirate"
+    assert PredictionView.model_validate(PREDICTION | {"adapter": None}).adapter is None
+    assert PredictionView.model_validate(PREDICTION).adapter is None  # rows from before

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
 
 import gpu_smoke_checks as checks  # noqa: E402
 import gpu_smoke_plan as plan  # noqa: E402
@@ -33,6 +33,11 @@ def test_dry_run_checks_the_plan_offline() -> None:
     assert "--kv_cache_type=paged" in out and "--max_num_tokens=8192" in out
     assert "passes the engine check with the smoke settings" in out
     assert "the api accepts every smoke request" in out
+    assert (
+        "it serves rank-8 adapters on q_proj k_proj v_proj o_proj gate_proj up_proj down_proj"
+        in out
+    )
+    assert "the smoke adapter reads as PEFT and converts to 120 lora_weights rows" in out
     assert "dry run: nothing built or started" in out
 
 

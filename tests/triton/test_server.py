@@ -106,8 +106,12 @@ def test_command_passes_the_settings(tmp_path: Path, clean_environment: None) ->
         "--metrics-address=0.0.0.0",
         f"--metrics-port={settings.triton_metrics_port}",
         "--log-verbose=2",
+        # Its Python-backend regions carry a prefix of its own: stop() removes what it leaves.
+        f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}",
         "--exit-timeout-secs=5",
     }
+    assert server.shm_prefix.startswith("triton_python_backend_shm_region_tritonbox-")
+    assert server.shm_prefix != TritonServer(settings).shm_prefix
     # Readiness is polled where this machine reaches a wildcard listen address.
     assert server.local_http_url == f"http://127.0.0.1:{settings.triton_http_port}"
     assert server.log_path == cache / "logs" / f"tritonserver-{settings.triton_grpc_port}.log"

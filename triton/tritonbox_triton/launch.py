@@ -39,8 +39,13 @@ def server_arguments(
     model_repository: Path,
     backend_directory: Path | None,
     rank: int = 0,
+    shm_prefix: str | None = None,
 ) -> list[str]:
-    """The options of one `tritonserver` (rank 0 = the one clients talk to)."""
+    """The options of one `tritonserver` (rank 0 = the one clients talk to).
+
+    `shm_prefix`: how the names of its Python-backend shared-memory regions begin, so that the
+    launcher can tell its own from other servers' and remove what a killed server left.
+    """
     s = settings
     arguments = [f"--model-repository={model_repository}"]
     if backend_directory is not None:  # NVIDIA's image finds its own (TensorRT-LLM's included)
@@ -70,10 +75,10 @@ def server_arguments(
         # The rendered configs are complete; letting the backend "complete" them can only differ.
         arguments.append("--disable-auto-complete-config")
     if uses_mpi(settings):
-        arguments += [
-            f"--id=rank{rank}",
-            f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
-        ]
+        arguments.append(f"--id=rank{rank}")
+        shm_prefix = f"{shm_prefix or 'prefix'}{rank}_"
+    if shm_prefix:
+        arguments.append(f"--backend-config=python,shm-region-prefix-name={shm_prefix}")
     arguments.append(f"--exit-timeout-secs={EXIT_TIMEOUT_S}")
     return arguments
 
@@ -85,15 +90,21 @@ def server_command(
     model_repository: Path,
     backend_directory: Path | None,
     mpirun: str = "mpirun",
+    shm_prefix: str | None = None,
 ) -> list[str]:
     """The whole command: `tritonserver …`, or `mpirun -n 1 tritonserver … : -n 1 …`."""
     if not uses_mpi(settings):
-        return [str(executable), *server_arguments(settings, model_repository, backend_directory)]
+        arguments = server_arguments(
+            settings, model_repository, backend_directory, shm_prefix=shm_prefix
+        )
+        return [str(executable), *arguments]
     # Containers often run as root; Open MPI refuses that without the flag.
     command = [mpirun, "--allow-run-as-root"]
     for rank in range(settings.tensor_parallelism):
         if rank:
             command.append(":")
         command += ["-n", "1", str(executable)]
-        command += server_arguments(settings, model_repository, backend_directory, rank)
+        command += server_arguments(
+            settings, model_repository, backend_directory, rank, shm_prefix=shm_prefix
+        )
     return command

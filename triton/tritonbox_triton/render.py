@@ -7,7 +7,6 @@ every value is checked before anything is written.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 from tritonbox_common.ensemble import ENGINE_MODEL, ENSEMBLE_MODEL, PIPELINE_MODELS
 from tritonbox_common.lora import LLAMA_MODULES
 from tritonbox_triton.engine_check import EngineCheckError, check_engine
+from tritonbox_triton.engine_lora import lora_values
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
 
 log = logging.getLogger(__name__)
@@ -80,31 +80,14 @@ def _check_engine_build(settings: TritonSettings, engine_dir: Path) -> None:
         raise RenderError(str(error)) from None
 
 
-# TensorRT-LLM takes lora_weights in the engine's own dtype (loraUtils.cpp: "Expected lora
-# weights to be the same data type as base model"); the ensemble's input must declare the same.
-_LORA_WEIGHTS_TYPES = {"float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "float32": "TYPE_FP32"}
-
-
-def _engine_lora_weights_type(engine_dir: Path) -> str:
-    try:
-        pretrained = json.loads((engine_dir / "config.json").read_text()).get("pretrained_config")
-    except (OSError, ValueError, AttributeError):
-        pretrained = None
-    dtype = pretrained.get("dtype") if isinstance(pretrained, dict) else None
-    # An engine config without a dtype: TensorRT-LLM's default build dtype.
-    return _LORA_WEIGHTS_TYPES.get(str(dtype or "float16"), "TYPE_FP16")
-
-
 def _engine_values(settings: TritonSettings) -> dict[str, str]:
     if settings.engine is EngineFlavour.SYNTHETIC:
         # No model: only the pace; the tokenizer (shared with pre/postprocessing) gives its text.
         return {
             "synthetic_token_interval_s": str(settings.synthetic_token_interval_s),
-            "lora_weights_data_type": "TYPE_FP32",
         }
     if settings.engine is EngineFlavour.CPU:
         return {
-            "lora_weights_data_type": "TYPE_FP32",
             "model_dir": _existing_dir(
                 "model_dir", settings.resolved_model_dir, needs=("config.json",)
             ),
@@ -119,8 +102,9 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
     engine_dir = settings.engine_dir.resolve()
     values = {"engine_dir": _existing_dir("engine_dir", engine_dir, needs=("config.json",))}
     _check_engine_build(settings, engine_dir)
+    # The adapters the engine's build allows, and its LoRA cache (engine_lora.py).
+    values |= lora_values(settings, engine_dir)
     return values | {
-        "lora_weights_data_type": _engine_lora_weights_type(engine_dir),
         # The backend reads an empty value as "no token limit, use the memory fraction".
         "max_tokens_in_paged_kv_cache": str(settings.kv_cache_max_tokens or ""),
         "kv_cache_free_gpu_mem_fraction": str(settings.kv_cache_free_gpu_mem_fraction),
@@ -149,6 +133,9 @@ def placeholder_values(settings: TritonSettings) -> dict[str, str]:
         # Clients that want the prompt echoed send exclude_input_in_output=false per request.
         "exclude_input_in_output": "true",
     }
+    # The ensemble declares lora_weights as its engine step does: the GPU engine's dtype
+    # (engine_lora.py), float32 for the cpu engine (no half-precision adapters on CPU).
+    values.setdefault("lora_weights_data_type", "TYPE_FP32")
     for key, value in values.items():
         # A quote, backslash or newline would end or corrupt the pbtxt string it lands in.
         if any(char in value for char in '"\\\n\r'):

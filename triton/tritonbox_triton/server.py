@@ -22,12 +22,14 @@ from typing import Self
 
 from tritonbox_common.ensemble import READY_MODELS
 
-from .launch import server_command
+from .launch import EXIT_TIMEOUT_S, server_command
 from .server_setup import (
     TritonServerError,
     check_ports_free,
     die_with_parent,
     install_backends,
+    new_shm_prefix,
+    remove_shm_regions,
     server_environment,
     wheel_dir,
 )
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 
 # Readiness polls go straight to the server: an http_proxy in the environment must not see them.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# A server that has not left this long after SIGTERM (which ends open streams after
+# --exit-timeout-secs) is stuck: it is killed.
+STOP_GRACE_S = EXIT_TIMEOUT_S + 3.0
 
 
 class TritonServer:
@@ -61,6 +66,9 @@ class TritonServer:
         # NVIDIA's image brings its own backend directory, TensorRT-LLM's backend included.
         self.bundled = settings.tritonserver_bin is None
         self.executable = settings.tritonserver_bin or wheel_dir() / "bin" / "tritonserver"
+        # Its Python-backend regions' names begin with this: what a killed server leaves in
+        # /dev/shm is removed by stop(), and only that.
+        self.shm_prefix = new_shm_prefix()
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -83,13 +91,14 @@ class TritonServer:
             executable=self.executable,
             model_repository=self.model_repository,
             backend_directory=self.backend_directory if self.bundled else None,
+            shm_prefix=self.shm_prefix,
         )
 
     def start(self) -> None:
         """Start the server (no-op while it runs); output goes to `log_path`, truncated first.
 
-        Call it from a thread that outlives the server: the child is told to stop when the
-        thread that forked it ends.
+        Call it from a thread that outlives the server: the kernel kills the server when the
+        thread that forked it ends (so a launcher killed outright leaves no server behind).
         """
         if self.is_alive():
             return
@@ -166,8 +175,9 @@ class TritonServer:
         with contextlib.suppress(ProcessLookupError):  # the whole group has already exited
             os.killpg(process.pid, signum)
 
-    def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM to the process group, SIGKILL after `grace_s`. Idempotent.
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM to the process group, SIGKILL after `grace_s`, then the shared memory a
+        killed server leaves. Idempotent; also after the server ended by itself (a crash).
 
         A second Ctrl-C while waiting kills at once rather than leaving the server behind.
         """
@@ -183,10 +193,13 @@ class TritonServer:
                 except subprocess.TimeoutExpired:
                     log.warning("tritonserver did not stop in %.0f s; killing it", grace_s)
         finally:
-            # Also reaps backend stubs that outlived the server.
+            # Also ends backend stubs that outlived the server.
             self._signal_group(process, signal.SIGKILL)
             process.wait()
             self._process = None
+            removed = remove_shm_regions(self.shm_prefix)
+            if removed:
+                log.info("removed %d shared-memory region(s) the server left", len(removed))
 
     def __enter__(self) -> Self:
         self.start()

@@ -11,10 +11,12 @@ this environment's packages.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import importlib.util
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -26,6 +28,10 @@ from pathlib import Path
 from .settings import TritonSettings
 
 _PR_SET_PDEATHSIG = 1
+SHM = Path("/dev/shm")
+# Triton's own prefix for its Python-backend regions; ours extends it, so that the usual
+# `triton_python_backend_shm_region_*` still finds them.
+SHM_PREFIX = "triton_python_backend_shm_region_"
 
 
 class TritonServerError(RuntimeError):
@@ -118,9 +124,38 @@ def check_ports_free(settings: TritonSettings) -> None:
                 ) from error
 
 
-def die_with_parent() -> Callable[[], None]:
-    """A preexec_fn: if the launcher is killed outright, the server gets SIGTERM instead of
-    holding its ports. Tied to the thread that started it (see TritonServer.start)."""
+def die_with_parent(signum: signal.Signals = signal.SIGKILL) -> Callable[[], None]:
+    """A preexec_fn: if the launcher is killed outright, the child gets `signum` instead of
+    holding its ports and memory. Tied to the thread that started it (see TritonServer.start).
+
+    SIGKILL for tritonserver: nobody is left to end a server whose graceful stop hangs, and its
+    Python-backend stubs and their shared memory go with it (tritonbox_triton.parent_watch).
+    """
     # Looked up here, in the parent: the child only calls it (no dlopen between fork and exec).
     prctl = ctypes.CDLL(None, use_errno=True).prctl
-    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    parent = os.getpid()
+
+    def set_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signum)
+        if os.getppid() != parent:  # the launcher died before the signal was armed
+            os.kill(os.getpid(), signum)
+
+    return set_signal
+
+
+def new_shm_prefix() -> str:
+    """A prefix for one server's Python-backend regions that no other server shares."""
+    return f"{SHM_PREFIX}tritonbox-{os.getpid()}-{secrets.token_hex(4)}_"
+
+
+def remove_shm_regions(prefix: str) -> list[str]:
+    """Remove the shared-memory regions whose names start with `prefix` (a server's, once its
+    processes are gone: a killed server never removes them itself); their names."""
+    if not prefix.startswith(f"{SHM_PREFIX}tritonbox-"):
+        raise ValueError(f"not a prefix of ours: {prefix!r}")  # never anyone else's regions
+    removed = []
+    for path in SHM.glob(f"{prefix}*"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path.name)
+    return removed

@@ -2,6 +2,9 @@
 
 Every key is documented in `.env.example`. A key in `.env` that no service knows is an error
 (see `env_file.check_env_file`), so a typo cannot silently fall back to a default.
+
+Longer than 250 lines because it is the one typed list of every triton setting with its
+documentation, from which .env.example and docs/configuration.md are generated.
 """
 
 from __future__ import annotations
@@ -10,13 +13,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from tritonbox_common.shared_settings import (
+    CACHE_DIR,
     RESOLVED,
     SERVICE_SETTINGS_CONFIG,
     TRITON_GRPC_PORT,
+    CacheDir,
+    HfToken,
     TritonGrpcPort,
     WithoutResolved,
 )
@@ -63,10 +69,7 @@ class TritonSettings(BaseSettings):
         "trtllm = TensorRT-LLM engine on a GPU, synthetic = no model, canned tokens at a fixed "
         "pace (only for benchmarking the api).",
     )
-    cache_dir: Path = Field(
-        default=Path(".cache"),
-        description="Where the default model, the rendered repository and server logs are kept.",
-    )
+    cache_dir: CacheDir = CACHE_DIR
     engine_repository: str | None = Field(
         default=None,
         description="Where the model comes from: a Hugging Face repository id (org/name, "
@@ -84,10 +87,7 @@ class TritonSettings(BaseSettings):
     model_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
     engine_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
     tokenizer_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
-    hf_token: SecretStr | None = Field(
-        default=None,
-        description="Hugging Face token for private or gated repositories (never logged).",
-    )
+    hf_token: HfToken = None
     tritonserver_bin: Path | None = Field(
         default=None,
         description="The tritonserver executable; unset = the one in the nvidia-pytriton wheel "
@@ -170,15 +170,16 @@ class TritonSettings(BaseSettings):
         default=64,
         ge=0,
         le=1024,
-        description="Largest LoRA adapter rank a request may use (0 = adapters disabled). cpu: "
-        "checked per request; trtllm: must not exceed the engine's --max_lora_rank.",
+        description="Largest LoRA adapter rank a request may use (0 = adapters off). cpu: "
+        "checked per request; trtllm: at most the engine's --max_lora_rank (lowered to it with "
+        "a warning), and 0 when it was built without the LoRA plugin.",
     )
     lora_cache_host_memory_bytes: int = Field(
         default=1 << 30,
         ge=1,
         description="Host memory for converted LoRA adapters, least recently used evicted first "
-        "(TensorRT-LLM's lora_cache_host_memory_bytes). An evicted adapter's weights are sent "
-        "again by the api on its next use.",
+        "(cpu: the engine's LRU cache; trtllm: NVIDIA's lora_cache_host_memory_bytes). An "
+        "evicted adapter's weights are sent again by the api on its next use.",
     )
     synthetic_token_interval_s: float = Field(
         default=0.0,
@@ -186,6 +187,21 @@ class TritonSettings(BaseSettings):
         le=60,
         description="synthetic: seconds between two tokens of one request (0 = as fast as "
         "possible).",
+    )
+    lora_cache_gpu_memory_fraction: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="trtllm: share of the GPU memory left after the engine and the KV cache that "
+        "the LoRA cache may take (NVIDIA's lora_cache_gpu_memory_fraction); it must hold one "
+        "adapter of MAX_LORA_RANK or the engine fails to load.",
+    )
+    lora_cache_optimal_adapter_size: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="trtllm: the adapter rank NVIDIA's LoRA cache sizes its pages for "
+        "(lora_cache_optimal_adapter_size; at most MAX_LORA_RANK).",
     )
 
     triton_host: str = Field(

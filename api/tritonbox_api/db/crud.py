@@ -60,6 +60,8 @@ def create_prediction(
     applied: dict[str, Any],
     prompt_tokens: int | None,
     owner: str | None = None,
+    adapter_name: str | None = None,
+    adapter_sha256: str | None = None,
 ) -> Prediction:
     """Insert a prediction that starts now (status `processing`), run by `owner` (unset = the
     api worker the session's Database serves, `session.info["owner"]`)."""
@@ -75,6 +77,8 @@ def create_prediction(
         prompt_tokens=prompt_tokens,
         created_at=now,
         started_at=now,
+        adapter_name=adapter_name,
+        adapter_sha256=adapter_sha256,
     )
     session.add(row)
     session.commit()

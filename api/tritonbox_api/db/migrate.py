@@ -23,6 +23,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, inspect, text
 
+from tritonbox_api.db.url import settings_url
+from tritonbox_api.settings import ApiSettings
+from tritonbox_common.env_file import load_service_settings
+
 log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
@@ -86,10 +90,6 @@ def upgrade(engine: Engine, *, lock_path: Path | None = None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tritonbox_api.db.session import settings_url
-    from tritonbox_api.settings import ApiSettings
-    from tritonbox_common.env_file import load_service_settings
-
     parser = argparse.ArgumentParser(prog="python -m tritonbox_api.db.migrate", description=__doc__)
     parser.add_argument("--env-file", type=Path, default=Path(".env"))
     args = parser.parse_args(argv)

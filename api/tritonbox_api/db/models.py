@@ -1,4 +1,5 @@
-"""The `prediction` table: one row per generation, from every route; `api_worker`: live workers.
+"""The `prediction` table: one row per generation, from every route; `api_worker`: live workers;
+`adapter`: the registered LoRA adapters.
 
 A row is inserted when a prediction starts (status `processing`) and completed when it ends;
 `input` keeps the request's parameters as sent, `applied` every parameter as the engine got it.
@@ -81,6 +82,25 @@ class Prediction(SQLModel, table=True):
     owner: str | None = Field(default=None, index=True, max_length=64)
     # Set by `POST .../cancel` on any worker; the owner sees it and stops the generation.
     cancel_requested_at: datetime | None = None
+    # The LoRA adapter that answered (Adapter.name and the sha256 of its files); None: the base.
+    adapter_name: str | None = Field(default=None, max_length=64)
+    adapter_sha256: str | None = Field(default=None, max_length=64)
+
+
+class Adapter(SQLModel, table=True):
+    """A registered LoRA adapter of the served base model. The weights stay in `source` (a
+    local PEFT folder, or a Hugging Face repo downloaded into the model cache); `sha256` of its
+    two files is checked again whenever they are read."""
+
+    name: str = Field(primary_key=True, max_length=64)
+    source: str
+    base_model: str | None = None
+    rank: int
+    alpha: float
+    target_modules: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    sha256: str = Field(max_length=64)
+    size_bytes: int
+    created_at: datetime = Field(default_factory=utc_now)
 
 
 class ApiWorker(SQLModel, table=True):

@@ -19,16 +19,13 @@ import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlmodel import Session
 
 from tritonbox_api.db import dialects, migrate
-from tritonbox_api.db.models import ApiWorker, Prediction  # noqa: F401  (registers the tables)
-
-if TYPE_CHECKING:
-    from tritonbox_api.settings import ApiSettings
+from tritonbox_api.db.models import Adapter, ApiWorker, Prediction  # noqa: F401  (the tables)
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +38,6 @@ POSTGRES_WRITERS = 4
 
 class DatabaseClosedError(RuntimeError):
     pass
-
-
-def settings_url(settings: ApiSettings) -> URL:
-    """DATABASE_URL when set (with POSTGRES_PASSWORD when it names no password), else the
-    SQLite file DATABASE_PATH."""
-    if settings.database_url is None:
-        return make_url(f"sqlite:///{settings.database_path}")
-    url = make_url(settings.database_url.get_secret_value())
-    if url.password is None and settings.postgres_password is not None:
-        url = url.set(password=settings.postgres_password.get_secret_value())
-    return url
 
 
 class Database:

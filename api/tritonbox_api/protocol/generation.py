@@ -41,6 +41,7 @@ class GenerationInput(BaseModel):
     beam_width: int = p.BEAM_WIDTH.field()
     stop_words_list: p.WordList | None = p.STOP_WORDS.field()
     bad_words_list: p.WordList | None = p.BAD_WORDS.field()
+    adapter: p.AdapterName | None = p.ADAPTER.field()
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> Self:

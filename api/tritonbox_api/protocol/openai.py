@@ -111,6 +111,8 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "tritonbox"
+    root: str | None = None  # as vLLM: the base model's name, or an adapter's source
+    parent: str | None = None  # an adapter's base model (vLLM's field); None for the base
 
 
 class ModelList(BaseModel):

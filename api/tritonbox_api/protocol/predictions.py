@@ -43,6 +43,11 @@ class PredictionUrls(BaseModel):
     playground: str
 
 
+class AdapterRef(BaseModel):
+    name: str
+    sha256: str = Field(description="Of the adapter's files when it answered.")
+
+
 class PredictionOut(BaseModel):
     id: str
     status: Status
@@ -56,6 +61,9 @@ class PredictionOut(BaseModel):
     stop_word: str | None = Field(
         description="The stop word that ended the output (finish_reason `stop_word`); it is cut "
         "from `output` and stood right after its last character."
+    )
+    adapter: AdapterRef | None = Field(
+        description="The LoRA adapter that answered; null: the base model."
     )
     metrics: PredictionMetrics
     created_at: datetime
@@ -99,6 +107,9 @@ def prediction_out(row: Prediction, *, public_url: str, playground_url: str) -> 
         error=row.error,
         finish_reason=row.finish_reason,
         stop_word=row.stop_word,
+        adapter=AdapterRef(name=row.adapter_name, sha256=row.adapter_sha256 or "")
+        if row.adapter_name
+        else None,
         metrics=PredictionMetrics(
             prompt_tokens=row.prompt_tokens,
             completion_tokens=row.completion_tokens,

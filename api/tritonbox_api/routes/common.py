@@ -69,6 +69,7 @@ async def start(
             params,
             loader=services.engine_context,
             predictions=services.predictions,
+            adapters=services.adapters,
             max_beam_width=services.settings.max_beam_width,
             source=source,
             sent=sent,

@@ -148,11 +148,13 @@ async def _complete(
     *,
     chat: bool,
 ) -> Response:
-    await _check_model(services, body.model)
+    adapter = await _adapter_of(services, body.model)
     try:
         params = body.generation()
     except ValueError as error:
         raise invalid("prompt", str(error).removeprefix("prompt: ")) from None
+    if adapter is not None:
+        params = params.model_copy(update={"adapter": adapter})
     sent = body.model_dump(mode="json", exclude_unset=True)
     # `generation()` always sets max_tokens: whether the client did decides if the default may
     # be clamped to the engine's MAX_OUTPUT_LEN.
@@ -179,18 +181,23 @@ async def _complete(
     return JSONResponse(shape.whole(prediction), headers=headers)
 
 
-async def _check_model(services: Services, model: str) -> None:
+async def _adapter_of(services: Services, model: str) -> str | None:
+    """None for the base model, the adapter's name for a registered adapter; else 404."""
     try:
         served = (await services.engine_context.get()).model_name
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
-    if model != served:
-        raise ApiError(
-            404,
-            f"model: {model!r} is not served here; this server serves {served!r}",
-            type="not_found_error",
-            param="model",
-        )
+    if model == served:
+        return None
+    if await services.adapters.get(model) is not None:
+        return model
+    raise ApiError(
+        404,
+        f"model: {model!r} is not served here; this server serves {served!r} and its "
+        "adapters (GET /v1/models lists them)",
+        type="not_found_error",
+        param="model",
+    )
 
 
 @router.post("/completions")
@@ -211,4 +218,13 @@ async def models(services: ServicesDep) -> ModelList:
         name = (await services.engine_context.get()).model_name
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
-    return ModelList(data=[ModelCard(id=name, created=0)])
+    adapters = [
+        ModelCard(
+            id=row.name,
+            created=int(row.created_at.timestamp()),
+            parent=name,
+            root=row.source,
+        )
+        for row in await services.adapters.list()
+    ]
+    return ModelList(data=[ModelCard(id=name, created=0, root=name), *adapters])

@@ -5,6 +5,9 @@ turns token ids into exact text, cuts stop words, and then, whatever ended the s
 engine, a stop word, `cancel` from a route, a disconnect, shutdown, an error), runs the clean-up
 once and to its end: the engine's `stop` with a deadline, the row's completion, the concurrency
 slot and the in-flight gauge. Nobody else cancels or completes a prediction.
+
+Longer than 250 lines because one producer owns a prediction from its start to its end (stream, stop
+words, the engine's stop, the row), and its clean-up's guarantees read best in one place.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from sqlmodel import Session
@@ -24,13 +27,14 @@ from tritonbox_api.db import crud
 from tritonbox_api.db.models import FinishReason, Prediction, Source, Status, utc_now
 from tritonbox_api.db.session import Database
 from tritonbox_api.protocol.errors import ApiError
+from tritonbox_api.service.adapters import NOT_IN_CACHE
 from tritonbox_api.service.outcome import completed_in_memory
 from tritonbox_api.service.prepare import PreparedGeneration
 from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.text.decoder import IncrementalDecoder
 from tritonbox_api.text.stop_words import StopStringMatcher
 from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
-from tritonbox_common.client import TritonRequestError
+from tritonbox_common.client import Chunk, TritonRequestError
 
 __all__ = ["Ended", "Event", "PredictionService", "RunningPrediction"]
 
@@ -125,6 +129,8 @@ class PredictionService:
             applied=prepared.applied,
             prompt_tokens=prepared.prompt_tokens,
             started_at=utc_now(),
+            adapter_name=prepared.adapter.name if prepared.adapter else None,
+            adapter_sha256=prepared.adapter.sha256 if prepared.adapter else None,
         )
         running = RunningPrediction(id=record.id, prepared=prepared)
         # The slot and the gauge are taken here and given back once, by the producer.
@@ -158,6 +164,8 @@ class PredictionService:
             input=record.input,
             applied=record.applied,
             prompt_tokens=record.prompt_tokens,
+            adapter_name=record.adapter_name,
+            adapter_sha256=record.adapter_sha256,
         )
 
         def insert(session: Session) -> Prediction:
@@ -236,7 +244,7 @@ class PredictionService:
 
         request = prepared.request
         progress.engine_opened = True
-        async with contextlib.aclosing(self._gateway.stream(request)) as chunks:
+        async with contextlib.aclosing(self._stream(prepared, progress)) as chunks:
             async for chunk in chunks:
                 progress.engine_finished = chunk.final
                 if not chunk.ids:
@@ -260,6 +268,25 @@ class PredictionService:
             progress.finish_reason = FinishReason.LENGTH
         else:
             progress.finish_reason = FinishReason.STOP
+
+    async def _stream(
+        self, prepared: PreparedGeneration, progress: _Progress
+    ) -> AsyncGenerator[Chunk, None]:
+        """The engine's chunks; a LoRA adapter the engine no longer caches (evicted, or
+        Triton restarted) is sent again with its weights, once, if no token came yet."""
+        try:
+            async for chunk in self._gateway.stream(prepared.request):
+                yield chunk
+        except TritonRequestError as error:
+            adapter = prepared.adapter
+            resend = adapter is not None and adapter.lora.weights is None
+            if not resend or NOT_IN_CACHE not in str(error) or progress.completion_tokens:
+                raise
+            assert adapter is not None
+            log.info("adapter %s: not in the engine's cache; sending its weights", adapter.name)
+            request = replace(prepared.request, lora=adapter.full)
+            async for chunk in self._gateway.stream(request):
+                yield chunk
 
     @staticmethod
     def _values(

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tritonbox_api.protocol.errors import invalid
 from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_api.service.adapters import AdapterSelection
 from tritonbox_api.service.engine_context import EngineContext
 from tritonbox_common import parameters as p
 from tritonbox_common.client import GenerationRequest
@@ -35,6 +36,10 @@ class PreparedGeneration:
     prompt_tokens: int
     applied: dict[str, Any]  # every parameter as the engine gets it
     stop_words: tuple[str, ...]
+    adapter: AdapterSelection | None = None  # the LoRA adapter that answers; None: the base
+
+    def with_adapter(self, adapter: AdapterSelection) -> PreparedGeneration:
+        return replace(self, request=replace(self.request, lora=adapter.lora), adapter=adapter)
 
 
 def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from tritonbox_api.db.models import Source
 from tritonbox_api.protocol.errors import ApiError, unavailable
 from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_api.service.adapters import AdapterService
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.service.predictions import ENGINE_QUEUE_FULL, PredictionService
 from tritonbox_api.service.prepare import prepare
@@ -55,6 +56,7 @@ async def begin(
     *,
     loader: EngineContextLoader,
     predictions: PredictionService,
+    adapters: AdapterService,
     max_beam_width: int,
     source: Source,
     sent: dict[str, Any],
@@ -67,6 +69,8 @@ async def begin(
         context = await loader.get()
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
+    # An unknown adapter is a 404 before anything else is checked or stored.
+    adapter = await adapters.select(params.adapter) if params.adapter else None
     prepared = await prepare(
         params,
         context,
@@ -74,6 +78,8 @@ async def begin(
         stream=stream,
         max_tokens_given=max_tokens_given,
     )
+    if adapter is not None:
+        prepared = prepared.with_adapter(adapter)
     running = predictions.start(
         prepared, tokenizer=context.tokenizer, source=source, model=context.model_name, sent=sent
     )
@@ -100,4 +106,6 @@ async def begin(
         )
         refusal.headers["X-Prediction-Id"] = running.id
         raise refusal
-    return Started(running=running, model=context.model_name, _first=first, _rest=rest)
+    # OpenAI clients see the model they asked for: the adapter's name when one answers.
+    model = adapter.name if adapter is not None else context.model_name
+    return Started(running=running, model=model, _first=first, _rest=rest)

@@ -1,5 +1,9 @@
 """crud: ids, the prediction life cycle, keyset pagination and crash recovery, on a real SQLite
-file and a real PostgreSQL server (`database_url`)."""
+file and a real PostgreSQL server (`database_url`).
+
+Longer than 250 lines because it has one test per crud helper, each on both databases, sharing
+its fixtures.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +19,6 @@ from sqlmodel import Session
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import FinishReason, Prediction, Source, Status
 from tritonbox_api.db.session import Database
-
-
-@pytest.fixture
-def database(database_url: str) -> Iterator[Database]:
-    database = Database(database_url)
-    database.open()
-    yield database
-    database.close()
 
 
 @pytest.fixture

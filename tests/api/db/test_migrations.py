@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -116,14 +115,6 @@ def test_the_documented_command_upgrades_too(legacy_copy: Path, tmp_path: Path) 
     assert f"at revision {migrate.head()}" in done.stdout
     assert _version(legacy_copy) == [(migrate.head(),)]
     assert len(_rows(legacy_copy)) == 30
-
-
-@pytest.fixture
-def database(database_url: str) -> Iterator[Database]:
-    database = Database(database_url)
-    database.open()
-    yield database
-    database.close()
 
 
 def test_the_migrations_build_the_models_schema(database: Database) -> None:

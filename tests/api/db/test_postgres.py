@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -20,16 +20,9 @@ from tritonbox_api.db.session import Database
 
 
 @pytest.fixture
-def url(postgres_server: RunningPostgres) -> str:
+def database_url(postgres_server: RunningPostgres) -> str:
+    """PostgreSQL only here (the `database` fixture opens it)."""
     return postgres_server.create_database()
-
-
-@pytest.fixture
-def database(url: str) -> Iterator[Database]:
-    database = Database(url)
-    database.open()
-    yield database
-    database.close()
 
 
 def _insert(prediction_id: str, threads: set[int]) -> Callable[[Session], Prediction]:
@@ -71,14 +64,14 @@ def test_concurrent_writes_land_off_the_event_loop(database: Database) -> None:
     assert len(threads) > 1
 
 
-def test_is_writable(database: Database, url: str) -> None:
+def test_is_writable(database: Database, database_url: str) -> None:
     assert database.is_writable()
     assert asyncio.run(database.check_writable())
-    name = make_url(url).database
-    admin = make_url(url).set(drivername="postgresql", database="postgres")
+    name = make_url(database_url).database
+    admin = make_url(database_url).set(drivername="postgresql", database="postgres")
     with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as db:
         db.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
-    read_only = Database(url)
+    read_only = Database(database_url)
     # Opening migrates, which a read-only database refuses: the probe runs on a closed one's
     # engine instead, opened without migrating.
     read_only.open(migrate_schema=False)

@@ -14,7 +14,8 @@ from sqlmodel import Session, func, select
 
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import Prediction, Source
-from tritonbox_api.db.session import Database, DatabaseClosedError, settings_url
+from tritonbox_api.db.session import Database, DatabaseClosedError
+from tritonbox_api.db.url import settings_url
 from tritonbox_api.settings import ApiSettings
 
 

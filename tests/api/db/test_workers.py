@@ -6,24 +6,14 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from sqlmodel import Session
 
 from tritonbox_api.db import crud, workers
 from tritonbox_api.db.models import ApiWorker, Source, Status, utc_now
 from tritonbox_api.db.session import Database
-
-
-@pytest.fixture
-def database(database_url: str) -> Iterator[Database]:
-    database = Database(database_url)
-    database.open()
-    yield database
-    database.close()
 
 
 def _create(session: Session, prediction_id: str, owner: str | None) -> None:

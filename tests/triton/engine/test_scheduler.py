@@ -1,5 +1,9 @@
 """The in-flight batcher with the real default model, in-process (the Triton glue is tested
-against the real server under tests/triton/server)."""
+against the real server under tests/triton/server).
+
+Longer than 250 lines because every scheduling rule is checked against the real model, sharing one
+loaded model.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ before the next step.
 transformers' own continuous batching (`init_continuous_batching`) was not used: its per-request
 settings cover temperature, top-k and top-p only, not penalties, min_tokens, seeds or word
 lists, which every request here may set.
+
+Longer than 250 lines because the batching loop's admission, prefill, decode and cancellation share
+one lock and one state; split, each part would reach into the others'.
 """
 
 from __future__ import annotations
@@ -211,9 +214,11 @@ class InflightBatcher:
                 self._fail_running("internal engine error")
                 busy = False
             if not busy:
+                # Nothing runs or waits: sleep until submit() or stop() notifies, so an idle
+                # engine spends no CPU (stop ids left over expire on the next busy pass).
                 with self._wakeup:
                     if not self._waiting and not self._stopping:
-                        self._wakeup.wait(timeout=0.05)
+                        self._wakeup.wait()
 
     @torch.inference_mode()
     def run_once(self) -> bool:

@@ -15,12 +15,14 @@ import triton_python_backend_utils as pb_utils
 
 from tritonbox_common.model_params import bool_parameter, config_parameters, dir_parameter
 from tritonbox_common.tokenization import decode_outputs, load_tokenizer
+from tritonbox_triton.parent_watch import watch_parent
 
 PASSTHROUGH = (("CUM_LOG_PROBS", "OUT_CUM_LOG_PROBS"), ("OUTPUT_LOG_PROBS", "OUT_OUTPUT_LOG_PROBS"))
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
+        watch_parent()  # this stub ends when tritonserver does, however it ends
         params = config_parameters(args["model_config"])
         tokenizer_dir = dir_parameter(params, "tokenizer_dir")
         self.skip_special_tokens = bool_parameter(params, "skip_special_tokens", True)

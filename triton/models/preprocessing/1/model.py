@@ -19,6 +19,7 @@ from tritonbox_common.tokenization import (
     load_tokenizer,
     preprocess,
 )
+from tritonbox_triton.parent_watch import watch_parent
 
 INPUTS = ("QUERY", "REQUEST_OUTPUT_LEN", "BAD_WORDS_DICT", "STOP_WORDS_DICT", "END_ID", "PAD_ID")
 
@@ -33,6 +34,7 @@ def _invalid_argument(message: str) -> Any:
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
+        watch_parent()  # this stub ends when tritonserver does, however it ends
         params = config_parameters(args["model_config"])
         tokenizer_dir = dir_parameter(params, "tokenizer_dir")
         self.limits = PreprocessingLimits(

@@ -5,6 +5,10 @@ in `tritonbox_triton.engine` and the engine's tokens back into responses shaped 
 tensorrtllm backend (`output_ids` [batch=1, beam=1, tokens], ...). Streaming responses carry only
 the new tokens; every request ends with one response flagged final, so no client waits on an
 empty final response that never comes.
+
+Longer than 250 lines because it maps every NVIDIA `tensorrt_llm` input and output onto the engine
+(the engine itself is tritonbox_triton.engine); Triton's Python backend loads one model.py per
+model.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from tritonbox_triton.engine.params import (
 from tritonbox_triton.engine.scheduler import EngineFinish, EngineRequest, InflightBatcher
 from tritonbox_triton.engine.stats import FAMILIES, IterationStats, nvidia_values
 from tritonbox_triton.engine.words import text_decoder
+from tritonbox_triton.parent_watch import watch_parent
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 OUTCOMES = ("stop", "length", "stop_word", "cancelled", "error")
@@ -183,6 +188,7 @@ class TritonMetrics:
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
+        watch_parent()  # this stub ends when tritonserver does, however it ends
         config = json.loads(args["model_config"])
         params = {key: value["string_value"] for key, value in config["parameters"].items()}
         self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)

@@ -24,6 +24,7 @@ from tritonbox_common.errors import RequestError
 from tritonbox_common.model_params import config_parameters, dir_parameter, int_parameter
 from tritonbox_common.tokenization import load_tokenizer
 from tritonbox_triton.engine.params import EngineLimits, prompt_ids, sampling_params
+from tritonbox_triton.parent_watch import watch_parent
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # The leading space makes the cycle's seam read "... river. The quick ..." on BPE tokenizers.
@@ -78,6 +79,7 @@ class _Collector:
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
+        watch_parent()  # this stub ends when tritonserver does, however it ends
         config = json.loads(args["model_config"])
         params = config_parameters(config)
         self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)

@@ -1,0 +1,38 @@
+"""Register, list and unregister LoRA adapters of the served base model."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path
+
+from tritonbox_api.deps import Guarded, ServicesDep
+from tritonbox_api.protocol.adapters import AdapterCreate, AdapterList, AdapterObject
+from tritonbox_api.service.adapters import not_found
+from tritonbox_common import parameters as p
+
+router = APIRouter(prefix="/v1/adapters", tags=["adapters"], dependencies=Guarded)
+Name = Path(pattern=p.ADAPTER_NAME_PATTERN, description="The adapter's name.")
+
+
+@router.post("", status_code=201, response_model=AdapterObject)
+async def register(body: AdapterCreate, services: ServicesDep) -> AdapterObject:
+    """Fetch the adapter, check it against the base model and the engine, and register it."""
+    return AdapterObject.of(await services.adapters.register(body.name, body.source))
+
+
+@router.get("", response_model=AdapterList)
+async def list_adapters(services: ServicesDep) -> AdapterList:
+    return AdapterList(data=[AdapterObject.of(row) for row in await services.adapters.list()])
+
+
+@router.get("/{name}", response_model=AdapterObject)
+async def get_adapter(services: ServicesDep, name: str = Name) -> AdapterObject:
+    row = await services.adapters.get(name)
+    if row is None:
+        raise not_found(name)
+    return AdapterObject.of(row)
+
+
+@router.delete("/{name}", response_model=AdapterObject)
+async def unregister(services: ServicesDep, name: str = Name) -> AdapterObject:
+    """Predictions already running with it finish; new ones get 404."""
+    return AdapterObject.of(await services.adapters.delete(name))

@@ -1,0 +1,118 @@
+"""The servers the proxy benchmarks start: a tritonserver with the synthetic engine and api
+processes (`tritonbox-api serve`), each stopped when the benchmark's ExitStack unwinds."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tritonbox_testing.ports import free_ports
+
+from tritonbox_api.settings import ApiSettings
+from tritonbox_triton.render import render_repository
+from tritonbox_triton.server import TritonServer
+from tritonbox_triton.settings import TritonSettings
+
+REPO = Path(__file__).resolve().parents[2]
+API_EXECUTABLE = Path(sys.executable).parent / "tritonbox-api"
+
+
+def start_triton(
+    stack: contextlib.ExitStack, folder: Path, interval: float, max_batch_size: int = 64
+) -> TritonSettings:
+    http, grpc, metrics = free_ports(3)
+    for name in TritonSettings.model_fields:  # a developer's exported settings must not leak in
+        os.environ.pop(name.upper(), None)
+    factory: Any = TritonSettings  # `_env_file=None`: ignore the repo's .env
+    settings: TritonSettings = factory(
+        _env_file=None, engine="synthetic", synthetic_token_interval_s=interval,
+        cache_dir=REPO / ".cache", model_repository=folder / "model_repository",
+        max_input_len=512, max_output_len=1024, max_batch_size=max_batch_size,
+        triton_http_port=http, triton_grpc_port=grpc, triton_metrics_port=metrics,
+    )  # fmt: skip
+    render_repository(settings)
+    server = TritonServer(settings, log_path=folder / "tritonserver.log")
+    stack.callback(server.stop)
+    server.start()
+    server.wait_ready(settings.triton_ready_timeout_s)
+    return settings
+
+
+def start_cpu_engine(stack: contextlib.ExitStack, folder: Path, batch_size: int) -> TritonSettings:
+    """A tritonserver with the default model on the cpu engine, free ports, no .env."""
+    for name in TritonSettings.model_fields:  # a developer's exported settings must not leak in
+        os.environ.pop(name.upper(), None)
+    http, grpc, metrics = free_ports(3)
+    factory: Any = TritonSettings  # `_env_file=None`: ignore the repo's .env
+    settings: TritonSettings = factory(
+        _env_file=None,
+        engine="cpu",
+        cache_dir=REPO / ".cache",
+        max_batch_size=batch_size,
+        model_repository=folder / "model_repository",
+        triton_http_port=http,
+        triton_grpc_port=grpc,
+        triton_metrics_port=metrics,
+    )
+    render_repository(settings)
+    server = TritonServer(settings, log_path=folder / "tritonserver.log")
+    stack.callback(server.stop)
+    server.start()
+    server.wait_ready(settings.triton_ready_timeout_s)
+    return settings
+
+
+def start_api(
+    stack: contextlib.ExitStack,
+    folder: Path,
+    triton_url: str,
+    env: dict[str, str],
+    profile: Path | None = None,
+) -> tuple[str, int]:
+    """An api process on a free port with its own SQLite file unless `env` names DATABASE_URL
+    (`env` is added to the api's settings); its URL and pid once ready. `profile`: run it under
+    cProfile, writing this file."""
+    folder.mkdir(parents=True)
+    port = free_ports(1)[0]
+    url = f"http://127.0.0.1:{port}"
+    environment = {k: v for k, v in os.environ.items() if k.lower() not in ApiSettings.model_fields}
+    environment |= {
+        "PYTHONSAFEPATH": "1", "TRITON_URL": triton_url, "API_PORT": str(port),
+        "PUBLIC_URL": url, "DATABASE_PATH": str(folder / "predictions.db"),
+        "MAX_CONCURRENT_REQUESTS": "256", **env,
+    }  # fmt: skip
+    command = [str(API_EXECUTABLE), "serve", "--env-file", "/nonexistent/.env"]
+    if profile is not None:  # the event loop runs on the main thread: cProfile sees the hot path
+        command = [sys.executable, "-m", "cProfile", "-o", str(profile), *command]
+    with (folder / "api.log").open("wb") as out:
+        process = subprocess.Popen(
+            command, env=environment, stdout=out, stderr=subprocess.STDOUT, cwd=folder
+        )
+
+    def stop() -> None:
+        if process.poll() is None:
+            # uvicorn re-raises the signal once shut down: SIGINT ends in KeyboardInterrupt, which
+            # still lets cProfile write its file (SIGTERM would not); the supervisor of several
+            # workers passes it on to them.
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    stack.callback(stop)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/readyz", timeout=5, trust_env=False).status_code == 200:
+                return url, process.pid
+        time.sleep(0.3)
+    raise RuntimeError(f"the api did not start:\n{(folder / 'api.log').read_text()[-3000:]}")
