@@ -24,18 +24,16 @@ REPO = Path(__file__).resolve().parents[2]
 API_EXECUTABLE = Path(sys.executable).parent / "tritonbox-api"
 
 
-def start_triton(
-    stack: contextlib.ExitStack, folder: Path, interval: float, max_batch_size: int = 64
-) -> TritonSettings:
-    http, grpc, metrics = free_ports(3)
+def _serve(stack: contextlib.ExitStack, folder: Path, **values: Any) -> TritonSettings:
+    """A tritonserver on free ports with these TritonSettings `values`, no .env; stopped when
+    `stack` unwinds."""
     for name in TritonSettings.model_fields:  # a developer's exported settings must not leak in
         os.environ.pop(name.upper(), None)
+    http, grpc, metrics = free_ports(3)
     factory: Any = TritonSettings  # `_env_file=None`: ignore the repo's .env
     settings: TritonSettings = factory(
-        _env_file=None, engine="synthetic", synthetic_token_interval_s=interval,
-        cache_dir=REPO / ".cache", model_repository=folder / "model_repository",
-        max_input_len=512, max_output_len=1024, max_batch_size=max_batch_size,
-        triton_http_port=http, triton_grpc_port=grpc, triton_metrics_port=metrics,
+        _env_file=None, cache_dir=REPO / ".cache", model_repository=folder / "model_repository",
+        triton_http_port=http, triton_grpc_port=grpc, triton_metrics_port=metrics, **values,
     )  # fmt: skip
     render_repository(settings)
     server = TritonServer(settings, log_path=folder / "tritonserver.log")
@@ -45,28 +43,19 @@ def start_triton(
     return settings
 
 
+def start_triton(
+    stack: contextlib.ExitStack, folder: Path, interval: float, max_batch_size: int = 64
+) -> TritonSettings:
+    """The synthetic engine: a token every `interval` s per request, no model."""
+    return _serve(
+        stack, folder, engine="synthetic", synthetic_token_interval_s=interval,
+        max_input_len=512, max_output_len=1024, max_batch_size=max_batch_size,
+    )  # fmt: skip
+
+
 def start_cpu_engine(stack: contextlib.ExitStack, folder: Path, batch_size: int) -> TritonSettings:
-    """A tritonserver with the default model on the cpu engine, free ports, no .env."""
-    for name in TritonSettings.model_fields:  # a developer's exported settings must not leak in
-        os.environ.pop(name.upper(), None)
-    http, grpc, metrics = free_ports(3)
-    factory: Any = TritonSettings  # `_env_file=None`: ignore the repo's .env
-    settings: TritonSettings = factory(
-        _env_file=None,
-        engine="cpu",
-        cache_dir=REPO / ".cache",
-        max_batch_size=batch_size,
-        model_repository=folder / "model_repository",
-        triton_http_port=http,
-        triton_grpc_port=grpc,
-        triton_metrics_port=metrics,
-    )
-    render_repository(settings)
-    server = TritonServer(settings, log_path=folder / "tritonserver.log")
-    stack.callback(server.stop)
-    server.start()
-    server.wait_ready(settings.triton_ready_timeout_s)
-    return settings
+    """The cpu engine with the default model."""
+    return _serve(stack, folder, engine="cpu", max_batch_size=batch_size)
 
 
 def start_api(
