@@ -56,6 +56,25 @@ def alive(pid: int) -> bool:
     return state not in {"Z", "X"}
 
 
+def the_watcher_of(pid: int, timeout_s: float = 15.0) -> int:
+    """The one watcher of stub `pid`, once it runs Python itself (its command line is briefly
+    unreadable while it execs, which a loaded machine can stretch)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [w for w in watchers_of(pid) if _runs_python(w)]
+        if len(found) == 1 or time.monotonic() > deadline:
+            (watcher,) = found
+            return watcher
+        time.sleep(0.05)
+
+
+def _runs_python(pid: int) -> bool:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name.startswith("python")
+    except OSError:
+        return False
+
+
 def watchers_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -82,7 +101,9 @@ def start_server(tmp_path: Path, region: str, mode: str) -> tuple[subprocess.Pop
     stub.symlink_to(Path(sys.executable).resolve())  # so the stub's argv[0] is the stub's name
     model = tmp_path / "model.py"
     model.write_text(STUB_MODEL)
-    env = {**os.environ, "PYTHONPATH": str(TRITON_SOURCES), "PYTHONSAFEPATH": "1"}
+    # The environment's bin/ first on PATH, as the launcher puts it: the watcher's `python3`.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PYTHONPATH": str(TRITON_SOURCES), "PYTHONSAFEPATH": "1", "PATH": path}
     server = subprocess.Popen(
         [sys.executable, "-c", SERVER, str(stub), str(model), region, mode],
         stdout=subprocess.PIPE,
@@ -104,7 +125,7 @@ def test_stub_arguments_come_from_the_stubs_command_line() -> None:
 def test_a_killed_server_takes_its_stub_and_region_with_it(tmp_path: Path, region: str) -> None:
     server, stub = start_server(tmp_path, region, "forever")
     try:
-        (watcher,) = watchers_of(stub)
+        watcher = the_watcher_of(stub)
         server.kill()  # tritonserver crashes: nobody is left to end the stub
         deadline = time.monotonic() + 5
         while (alive(stub) or (SHM / region).exists()) and time.monotonic() < deadline:
@@ -123,7 +144,7 @@ def test_a_stub_that_ends_ends_its_watcher_and_leaves_the_region(
     """Triton restarts and unloads stubs itself: their regions are its own to manage."""
     server, stub = start_server(tmp_path, region, "briefly")
     try:
-        (watcher,) = watchers_of(stub)
+        watcher = the_watcher_of(stub)
         deadline = time.monotonic() + 10
         while alive(watcher) and time.monotonic() < deadline:
             time.sleep(0.05)
