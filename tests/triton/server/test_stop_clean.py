@@ -129,12 +129,15 @@ def test_a_tritonserver_crash(stack: NativeStack) -> None:
 
 def test_a_failed_start(stack: NativeStack) -> None:
     """Triton not ready in time (TRITON_READY_TIMEOUT_S) while its models still load: the
-    launcher gives up, the supervisor stops the rest, and nothing of the start stays."""
-    stack.start(triton_ready_timeout_s=12)
+    launcher gives up, the supervisor stops the rest, and nothing of the start stays.
+
+    The time-out is far below any model load (the engine's stub alone imports torch for
+    longer): with 12 s, a quick machine loaded the models in time and the stack served."""
+    stack.start(triton_ready_timeout_s=2)
     assert stack.process is not None
-    assert stack.process.wait(300) == 1, stack.log_tail()
+    assert stack.process.wait(120) == 1, stack.log_tail()
     stopped_at = time.monotonic()
-    assert "not ready after 12 s" in stack.log_tail(20000)
+    assert "not ready after 2 s" in stack.log_tail(20000)
     left = stack.leftovers(stopped_at, WITHIN_S)
     assert not left, f"{left}\n{stack.log_tail()}"
     assert any(c.endswith("tritonserver") for c in stack.commands), stack.commands
