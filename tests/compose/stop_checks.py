@@ -129,20 +129,29 @@ def compose_stop(stack: Stack) -> str:
 
 
 def kill_tritonserver(stack: Stack) -> str:
-    Streaming(stack)  # a request mid-generation, as when a real crash happens
+    streaming = Streaming(stack)  # a request mid-generation, as when a real crash happens
     container = stack.container("triton")
     restarts = int(inspect(container, "{{.RestartCount}}"))
     killed = docker("exec", container, "python3", "-c", KILL_TRITONSERVER).split()
+    began = time.monotonic()
     assert len(killed) == 1, killed
     not_ready_s = wait_until("the api says not ready", lambda: not ready(stack), 30)
+    # The launcher ends the stubs and exits, so the container ends and Docker restarts it:
+    # within the 10 s a stop is allowed (Docker's own restart delay comes on top).
     wait_until(
         "Docker restarted the container",
         lambda: int(inspect(container, "{{.RestartCount}}")) > restarts,
         60,
     )
+    restarted_s = time.monotonic() - began
+    assert restarted_s < 10 + 1, f"restarted {restarted_s:.1f} s after the kill"
+    wait_until("the row ended", lambda: row_status(stack, streaming.id) != "processing", 30)
+    status = row_status(stack, streaming.id)
+    assert status == "failed", status
     back_s = wait_until("the api ready again", lambda: ready(stack), 900)
     predict(stack)
     return (
-        f"api not ready after {not_ready_s:.0f} s, container restarted, ready again "
-        f"{back_s:.0f} s later; {clean_container(stack)}"
+        f"api not ready after {not_ready_s:.0f} s, container restarted {restarted_s:.1f} s "
+        f"after the kill, row {status}, ready again {back_s:.0f} s later; "
+        f"{clean_container(stack)}"
     )

@@ -127,16 +127,20 @@ def test_a_tritonserver_crash(stack: NativeStack) -> None:
     assert assert_row_ended(stack, generation) == "failed"
 
 
-def test_a_failed_start(stack: NativeStack) -> None:
-    """Triton not ready in time (TRITON_READY_TIMEOUT_S) while its models still load: the
-    launcher gives up, the supervisor stops the rest, and nothing of the start stays.
-
-    The time-out is far below any model load (the engine's stub alone imports torch for
-    longer): with 12 s, a quick machine loaded the models in time and the stack served."""
+def start_and_fail(stack: NativeStack) -> float:
+    """Start with a readiness time-out far below any model load (the engine's stub alone
+    imports torch for longer; with 12 s a quick machine loaded the models in time and the
+    stack served): the time run_stack.py was seen to exit 1."""
     stack.start(triton_ready_timeout_s=2)
     assert stack.process is not None
     assert stack.process.wait(120) == 1, stack.log_tail()
-    stopped_at = time.monotonic()
+    return time.monotonic()
+
+
+def test_a_failed_start(stack: NativeStack) -> None:
+    """Triton not ready in time (TRITON_READY_TIMEOUT_S) while its models still load: the
+    launcher gives up, the supervisor stops the rest, and nothing of the start stays."""
+    stopped_at = start_and_fail(stack)
     assert "not ready after 2 s" in stack.log_tail(20000)
     left = stack.leftovers(stopped_at, WITHIN_S)
     assert not left, f"{left}\n{stack.log_tail()}"
@@ -166,8 +170,8 @@ def checkout_processes() -> set[int]:
 )
 @pytest.mark.timeout(3600 * 2)  # each round starts the stack once per way
 def test_start_traffic_stop_loop(tmp_path: Path) -> None:
-    """N rounds of every way: each round leaves the process table (this checkout's processes)
-    and /dev/shm (the regions this stack used) as it found them."""
+    """N rounds of every way, a failed start included: each round leaves the process table (this
+    checkout's processes) and /dev/shm (the regions this stack used) as it found them."""
     rounds = int(os.environ["TRITONBOX_STOP_LOOP"])
     report = []
     for round_ in range(rounds):
@@ -187,4 +191,12 @@ def test_start_traffic_stop_loop(tmp_path: Path) -> None:
                 print(report[-1], flush=True)
                 assert not left and not new_shm and not new_processes, (name, left, new_shm)
                 assert status in {"canceled", "failed"}, status
+        with native_stack(tmp_path / f"{round_}-failed-start") as stack:  # no traffic to send
+            before, found = shm_names(), checkout_processes()
+            left = stack.leftovers(start_and_fail(stack), WITHIN_S)
+            new_shm = (shm_names() - before) & (stack.regions | set(stack.shared_memory()))
+            new_processes = checkout_processes() - found
+            report.append(f"{round_} failed-start: {left.after_s:.1f} s")
+            print(report[-1], flush=True)
+            assert not left and not new_shm and not new_processes, ("failed-start", left, new_shm)
     print("\n".join(report))
