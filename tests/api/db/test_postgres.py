@@ -13,9 +13,10 @@ from sqlalchemy import make_url
 from sqlmodel import Session, func, select
 from tritonbox_testing.ports import free_port
 from tritonbox_testing.postgres import RunningPostgres
+from tritonbox_testing.predictions import new_prediction
 
 from tritonbox_api.db import crud
-from tritonbox_api.db.models import Prediction, Source
+from tritonbox_api.db.models import Prediction
 from tritonbox_api.db.session import Database
 
 
@@ -28,15 +29,7 @@ def database_url(postgres_server: RunningPostgres) -> str:
 def _insert(prediction_id: str, threads: set[int]) -> Callable[[Session], Prediction]:
     def work(session: Session) -> Prediction:
         threads.add(threading.get_ident())
-        return crud.create_prediction(
-            session=session,
-            id=prediction_id,
-            source=Source.API,
-            model="m",
-            input={"prompt": prediction_id},
-            applied={},
-            prompt_tokens=1,
-        )
+        return new_prediction(session, prediction_id)
 
     return work
 
