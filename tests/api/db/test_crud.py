@@ -1,5 +1,5 @@
-"""crud: ids, the prediction life cycle, keyset pagination and crash recovery, on a real SQLite
-file and a real PostgreSQL server (`database_url`).
+"""crud: ids, the prediction life cycle, keyset pagination (pages) and crash recovery, on a real
+SQLite file and a real PostgreSQL server (`database_url`).
 
 Longer than 250 lines because it has one test per crud helper, each on both databases, sharing
 its fixtures.
@@ -19,6 +19,7 @@ from tritonbox_testing.predictions import new_prediction
 
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import FinishReason, Prediction, Source, Status
+from tritonbox_api.db.pages import list_predictions
 from tritonbox_api.db.session import Database
 
 
@@ -162,7 +163,7 @@ def _key(row: Prediction) -> tuple[datetime, str]:
 def _all_pages(session: Session, limit: int, **filters: Any) -> list[list[Prediction]]:
     pages, cursor = [], None
     while True:
-        page, cursor = crud.list_predictions(session=session, limit=limit, cursor=cursor, **filters)
+        page, cursor = list_predictions(session=session, limit=limit, cursor=cursor, **filters)
         pages.append(page)
         if cursor is None:
             return pages
@@ -181,15 +182,15 @@ def test_pagination_is_newest_first_without_repeats_or_gaps(session: Session) ->
 def test_a_full_last_page_has_no_next(session: Session) -> None:
     _seed_rows(session, 20)
     assert [len(page) for page in _all_pages(session, 10)] == [10, 10]
-    only_page, cursor = crud.list_predictions(session=session, limit=50)
+    only_page, cursor = list_predictions(session=session, limit=50)
     assert len(only_page) == 20 and cursor is None and only_page[0].id == "id019"
 
 
 def test_new_rows_do_not_shift_later_pages(session: Session) -> None:
     _seed_rows(session, 12)
-    first, cursor = crud.list_predictions(session=session, limit=5)
+    first, cursor = list_predictions(session=session, limit=5)
     new_prediction(session, "newest")  # created now: newer than every seeded row
-    second, _ = crud.list_predictions(session=session, limit=5, cursor=cursor)
+    second, _ = list_predictions(session=session, limit=5, cursor=cursor)
     assert {row.id for row in first}.isdisjoint(row.id for row in second)
     assert second[0].id == "id006"
 
@@ -222,16 +223,16 @@ def test_filters(session: Session) -> None:
 )
 def test_a_bad_cursor_is_a_value_error(session: Session, cursor: str) -> None:
     with pytest.raises(ValueError, match=r"^cursor: "):
-        crud.list_predictions(session=session, limit=10, cursor=cursor)
+        list_predictions(session=session, limit=10, cursor=cursor)
 
 
 def test_an_empty_table_lists_nothing(session: Session) -> None:
-    assert crud.list_predictions(session=session, limit=10) == ([], None)
+    assert list_predictions(session=session, limit=10) == ([], None)
 
 
 def test_a_bad_limit_is_a_value_error(session: Session) -> None:
     with pytest.raises(ValueError, match=r"^limit: "):
-        crud.list_predictions(session=session, limit=0)
+        list_predictions(session=session, limit=0)
 
 
 def test_recover_interrupted(database: Database, session: Session) -> None:

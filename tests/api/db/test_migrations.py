@@ -21,7 +21,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlmodel import SQLModel
 from tritonbox_testing.predictions import new_prediction
 
-from tritonbox_api.db import crud, migrate
+from tritonbox_api.db import crud, migrate, pages
 from tritonbox_api.db.models import FinishReason, Source, Status
 from tritonbox_api.db.session import Database
 
@@ -69,8 +69,8 @@ def test_a_0_1_0_database_upgrades_in_place_losing_nothing(legacy_copy: Path) ->
         assert [{k: row[k] for k in before[0]} for row in after] == before
         assert all(row["owner"] is None and row["cancel_requested_at"] is None for row in after)
         with database.session() as session:
-            page, cursor = crud.list_predictions(session=session, limit=20)
-            rest, last = crud.list_predictions(session=session, limit=20, cursor=cursor)
+            page, cursor = pages.list_predictions(session=session, limit=20)
+            rest, last = pages.list_predictions(session=session, limit=20, cursor=cursor)
             assert last is None and len(page) + len(rest) == 30
             listed = [row.id for row in page + rest]
             assert listed == sorted(listed, key=lambda i: (int(i[6:]) // 2, i), reverse=True)
