@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlmodel import Session, func, select
-from tritonbox_testing.predictions import new_prediction
+from tritonbox_testing.predictions import count, new_prediction, write_concurrently
 
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import Prediction, Source
@@ -52,26 +51,7 @@ def test_every_thread_s_connection_is_configured(database: Database) -> None:
 
 
 def test_concurrent_writes_all_land_on_one_thread(database: Database) -> None:
-    threads: set[int] = set()
-
-    def insert(prediction_id: str) -> Callable[[Session], Prediction]:
-        def work(session: Session) -> Prediction:
-            threads.add(threading.get_ident())
-            return new_prediction(session, prediction_id)
-
-        return work
-
-    def count(session: Session) -> int:
-        return session.exec(select(func.count()).select_from(Prediction)).one()
-
-    async def main() -> tuple[list[Prediction], list[int]]:
-        ids = [crud.new_prediction_id() for _ in range(200)]
-        writes = [asyncio.create_task(database.run(insert(i))) for i in ids]
-        # Reads go on in parallel with the writes, on their own threads.
-        counts = await asyncio.gather(*(database.read(count) for _ in range(50)))
-        return await asyncio.gather(*writes), counts
-
-    rows, counts = asyncio.run(main())
+    rows, counts, threads, _ = write_concurrently(database, 200)
     assert len({row.id for row in rows}) == 200
     assert all(0 <= c <= 200 for c in counts)
     with database.session() as session:
