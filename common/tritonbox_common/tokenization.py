@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from tritonbox_common.end_ids import declared_end_ids, turn_end_ids, unique
+from tritonbox_common.end_ids import TokenIds
 from tritonbox_common.errors import RequestError
 from tritonbox_common.word_lists import (
     decode_word_list,
@@ -46,15 +46,6 @@ class PreprocessingLimits:
     max_output_len: int
 
 
-@dataclass(frozen=True, slots=True)
-class TokenIds:
-    end_id: int
-    pad_id: int
-    # Further tokens that end an answer (Gemma-it ends its turn with <end_of_turn>, its eos is
-    # <eos>). The engines take one end_id, so these go to them as one-token stop words.
-    extra_end_ids: tuple[int, ...] = ()
-
-
 def load_tokenizer(tokenizer_dir: Path) -> Any:
     """Load a tokenizer from a local directory; never reaches out to a hub."""
     if not tokenizer_dir.is_dir():
@@ -62,27 +53,6 @@ def load_tokenizer(tokenizer_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-
-
-def default_token_ids(tokenizer: Tokenizer, checkpoint_dir: Path | None = None) -> TokenIds:
-    """Every id that ends an answer: the chat template's turn end first (so that it, not a
-    stop word, ends a chat answer and never shows in the output), then what generation_config.json
-    declares, then the tokenizer's eos. pad_id: the pad token, else end_id."""
-    ids = unique(
-        [
-            *turn_end_ids(tokenizer),
-            *(declared_end_ids(checkpoint_dir) if checkpoint_dir else []),
-            *([int(tokenizer.eos_token_id)] if tokenizer.eos_token_id is not None else []),
-        ]
-    )
-    if not ids:
-        raise ValueError(
-            "the tokenizer has no eos token and generation_config.json declares no "
-            "eos_token_id, so END_ID has no default"
-        )
-    end_id = ids[0]
-    pad_id = end_id if tokenizer.pad_token_id is None else int(tokenizer.pad_token_id)
-    return TokenIds(end_id=end_id, pad_id=pad_id, extra_end_ids=tuple(ids[1:]))
 
 
 def _text(value: object, name: str) -> str:

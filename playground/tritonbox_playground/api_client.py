@@ -5,12 +5,14 @@ for the person in front of the page: the api's own message when it gave one."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tritonbox_playground.sse import server_sent_events
 
 
 class PlaygroundError(Exception):
@@ -207,7 +209,7 @@ class ApiClient:
                 prediction_id = response.headers.get("x-prediction-id")
                 if prediction_id:
                     yield RunStarted(prediction_id)
-                async for event, data in _server_sent_events(response):
+                async for event, data in server_sent_events(response):
                     if event == "output":
                         yield data
                     elif event == "done":
@@ -231,23 +233,3 @@ def _prediction(body: Any) -> PredictionView:
         return PredictionView.model_validate(body)
     except ValidationError:
         raise PlaygroundError("the api's prediction has an unexpected shape") from None
-
-
-async def _server_sent_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
-    """(event, data) pairs of a text/event-stream body; comments (keep-alive pings) skipped."""
-    event, data = "message", list[str]()
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "message", list[str]()
-            continue
-        field, _, value = line.partition(":")
-        # The spec strips exactly one space after the colon: text pieces keep their own spaces.
-        value = value.removeprefix(" ")
-        if field == "event":
-            event = value
-        elif field == "data":
-            data.append(value)
-    if data:
-        yield event, "\n".join(data)

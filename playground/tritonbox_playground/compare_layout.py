@@ -12,8 +12,8 @@ import gradio as gr
 from tritonbox_common import parameters as p
 from tritonbox_playground import adapters
 from tritonbox_playground.compare import COLUMN_FIELDS, COLUMNS, SHARED, column_defaults
-from tritonbox_playground.form import CHAT_MODE, LABELS, MODES, PROMPT_MODE, hint, prompt_hint
-from tritonbox_playground.layout_parts import number_control
+from tritonbox_playground.form import CHAT_MODE, LABELS, PROMPT_MODE, hint
+from tritonbox_playground.layout_parts import number_control, prompt_boxes
 
 # One click fills the tab with a comparison worth running: (button, mode, system prompt,
 # prompt, max tokens, then (temperature, stop words, bad words) for A and for B).
@@ -97,23 +97,7 @@ def build_compare() -> CompareLayout:
         )
         presets = [gr.Button(preset[0], size="sm") for preset in PRESETS]
     adapter_note = gr.Markdown(visible=False, elem_id="compare_adapter_note")
-    shared: dict[str, Any] = {}
-    shared["mode"] = gr.Radio(list(MODES), value=PROMPT_MODE, label="Mode", elem_id="compare_mode")
-    shared["prompt"] = gr.Textbox(
-        "",
-        label="Prompt",
-        lines=3,
-        placeholder="Write the text the model should continue…",
-        info=prompt_hint(None),
-        elem_id="compare_prompt",
-    )
-    shared["system_prompt"] = gr.Textbox(
-        "",
-        label="System prompt (optional)",
-        placeholder="How the assistant should behave, e.g. 'Answer in one sentence.'",
-        visible=False,
-        elem_id="compare_system_prompt",
-    )
+    shared: dict[str, Any] = prompt_boxes("compare_", prompt_lines=3, system_lines=1)
     third = gr.Checkbox(False, label="Add a third setting (C)", elem_id="compare_third")
     columns, settings_boxes = [], []
     with gr.Row(equal_height=False):

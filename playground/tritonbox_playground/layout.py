@@ -20,14 +20,12 @@ from tritonbox_playground.form import (
     FIELDS,
     LABELS,
     MAIN_NUMBERS,
-    MODES,
     MORE_NUMBERS,
     PROMPT_MODE,
     WORD_LISTS,
     hint,
-    prompt_hint,
 )
-from tritonbox_playground.layout_parts import ALL_SOURCES, number_control, recent_list
+from tritonbox_playground.layout_parts import ALL_SOURCES, number_control, prompt_boxes, recent_list
 
 __all__ = ["ALL_SOURCES", "Layout", "build_layout", "earlier_note"]
 
@@ -107,30 +105,14 @@ def build_layout(*, key_required: bool) -> Layout:
 def _run_tab(controls: dict[str, Any], *, key_required: bool) -> dict[str, Any]:
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            controls["mode"] = gr.Radio(
-                list(MODES),
-                value=PROMPT_MODE,
-                label="Mode",
-                info="Prompt: the model continues your text. Chat: it answers your "
-                "message as an assistant, following the system prompt.",
-                elem_id="mode",
-            )
-            # The message comes first: in chat mode the box people write in is the first one.
-            controls["prompt"] = gr.Textbox(
-                "",
-                label="Prompt",
-                lines=6,
-                placeholder="Write the text the model should continue…",
-                info=prompt_hint(None),
-                elem_id="prompt",
-            )
-            controls["system_prompt"] = gr.Textbox(
-                "",
-                label="System prompt (optional)",
-                lines=2,
-                visible=False,
-                placeholder="How the assistant should behave, e.g. 'Answer in one sentence.'",
-                elem_id="system_prompt",
+            controls.update(
+                prompt_boxes(
+                    "",
+                    prompt_lines=6,
+                    system_lines=2,
+                    mode_info="Prompt: the model continues your text. Chat: it answers your "
+                    "message as an assistant, following the system prompt.",
+                )
             )
             with gr.Row():
                 earlier_note_box = earlier_note([])

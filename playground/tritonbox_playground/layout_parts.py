@@ -11,7 +11,15 @@ import gradio as gr
 
 from tritonbox_common import parameters as p
 from tritonbox_playground import display
-from tritonbox_playground.form import CHAT_MODE, INTEGERS, LABELS, hint
+from tritonbox_playground.form import (
+    CHAT_MODE,
+    INTEGERS,
+    LABELS,
+    MODES,
+    PROMPT_MODE,
+    hint,
+    prompt_hint,
+)
 
 ALL_SOURCES = "all"
 
@@ -36,6 +44,35 @@ def number_control(parameter: p.Parameter, suffix: str = "", value: Any = None) 
         precision=0 if parameter.name in INTEGERS else None,
         **common,
     )
+
+
+def prompt_boxes(
+    prefix: str, *, prompt_lines: int, system_lines: int, mode_info: str | None = None
+) -> dict[str, Any]:
+    """The mode radio, the prompt and the (chat-only) system prompt, as both tabs show them:
+    `elem_id`s are `prefix` + mode, prompt, system_prompt (the browser tests find them by it)."""
+    boxes: dict[str, Any] = {}
+    boxes["mode"] = gr.Radio(
+        list(MODES), value=PROMPT_MODE, label="Mode", info=mode_info, elem_id=f"{prefix}mode"
+    )
+    # The message comes first: in chat mode the box people write in is the first one.
+    boxes["prompt"] = gr.Textbox(
+        "",
+        label="Prompt",
+        lines=prompt_lines,
+        placeholder="Write the text the model should continue…",
+        info=prompt_hint(None),
+        elem_id=f"{prefix}prompt",
+    )
+    boxes["system_prompt"] = gr.Textbox(
+        "",
+        label="System prompt (optional)",
+        lines=system_lines,
+        visible=False,
+        placeholder="How the assistant should behave, e.g. 'Answer in one sentence.'",
+        elem_id=f"{prefix}system_prompt",
+    )
+    return boxes
 
 
 def named(

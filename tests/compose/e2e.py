@@ -23,8 +23,12 @@ from pathlib import Path
 import httpx
 
 # The helpers as `tests.compose.…` (as mypy names them); the repo root only for these imports, since
-# its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1).
-sys.path.append(str(Path(__file__).resolve().parents[2]))
+# its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1). tests/support:
+# the tests' shared helpers (tritonbox_testing: the long stream the checks cancel and stop).
+sys.path += [
+    str(Path(__file__).resolve().parents[2]),
+    str(Path(__file__).resolve().parents[1] / "support"),
+]
 from tests.compose.deployment_table import Measured, table, write_benchmark
 from tests.compose.docker_build_env import bridge_gateway, serving
 from tests.compose.docker_engine import (

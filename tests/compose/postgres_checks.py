@@ -6,13 +6,12 @@ Triton's metrics read inside its container (its metrics port is not published)."
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from typing import Any
 
 import httpx
 from tests.compose.docker_engine import docker
 from tests.compose.stack import Stack
+from tritonbox_testing.stack_traffic import Generation
 
 ACTIVE = 'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active"'
 TOKENS = "tritonbox_engine_generated_tokens_total"
@@ -66,44 +65,25 @@ def metric(stack: Stack, prefix: str) -> float:
     return 0.0
 
 
-def _stream(stack: Stack) -> tuple[threading.Thread, dict[str, Any]]:
-    """A long streamed prediction; `seen` gets its id, then its events once it ends."""
-    seen: dict[str, Any] = {}
-    started = threading.Event()
-
-    def consume() -> None:
-        body = {"input": LONG, "stream": True}
-        with (
-            httpx.Client(base_url=stack.api, headers=stack.auth, timeout=300) as client,
-            client.stream("POST", "/v1/predictions", json=body) as response,
-        ):
-            seen["id"] = response.headers["x-prediction-id"]
-            events = []
-            for line in response.iter_lines():
-                if line.startswith("event:"):
-                    events.append(line.split(":", 1)[1].strip())
-                    started.set()
-            seen["events"] = events
-        started.set()
-
-    thread = threading.Thread(target=consume, daemon=True)
-    thread.start()
-    assert started.wait(120), "the stream did not start"
-    return thread, seen
+def _stream(stack: Stack) -> Generation:
+    """A long streamed prediction, generating."""
+    generation = Generation(stack.api, prediction_input=LONG, headers=stack.auth, timeout_s=300)
+    generation.wait_started(120)
+    return generation
 
 
 def _cancel_once(stack: Stack) -> bool:
     """Stream, cancel on a fresh connection, check the row and the engine; True when the
     cancel reached the stream through another worker (the row's cancel mark is set)."""
-    thread, seen = _stream(stack)
+    generation = _stream(stack)
     # A fresh connection, closed after: the kernel hands it to any of the workers.
     headers = stack.auth | {"Connection": "close"}
     answer = httpx.post(
-        f"{stack.api}/v1/predictions/{seen['id']}/cancel", headers=headers, timeout=60
+        f"{stack.api}/v1/predictions/{generation.id}/cancel", headers=headers, timeout=60
     )
     assert answer.status_code == 200 and answer.json()["status"] == "canceled", answer.text
-    thread.join(30)
-    assert not thread.is_alive() and seen["events"][-1] == "done", seen
+    done = generation.join(30)
+    assert done and generation.events[-1] == "done", (generation.events, generation.error)
     deadline = time.monotonic() + 10
     while metric(stack, ACTIVE) > 0:
         assert time.monotonic() < deadline, "the engine kept generating after the cancel"
@@ -114,7 +94,7 @@ def _cancel_once(stack: Stack) -> bool:
     time.sleep(1.0)
     assert metric(stack, TOKENS) == tokens, "the engine's token counter still moves"
     marked_query = "SELECT status, owner, cancel_requested_at IS NOT NULL FROM prediction"
-    ((status, owner, marked),) = psql(stack, f"{marked_query} WHERE id = '{seen['id']}'")
+    ((status, owner, marked),) = psql(stack, f"{marked_query} WHERE id = '{generation.id}'")
     assert status == "canceled" and owner, (status, owner)
     return marked == "t"
 

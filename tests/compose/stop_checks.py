@@ -11,12 +11,12 @@ container holds one tritonserver, its stubs (each with its watcher), no zombie (
 
 from __future__ import annotations
 
-import threading
 import time
 
 import httpx
 from tests.compose.docker_engine import docker
 from tests.compose.stack import Checks, Stack, predict
+from tritonbox_testing.stack_traffic import Generation
 
 LONG = {"prompt": "Tell me a very long story about a dragon.", "max_tokens": 400, "min_tokens": 400}
 STUB = "triton_python_backend_stub"
@@ -37,29 +37,11 @@ def stop_phase(checks: Checks, stack: Stack) -> None:
     checks.check("triton: kill -9 tritonserver, then a restart", lambda: kill_tritonserver(stack))
 
 
-class Streaming:
-    """A long streamed prediction, read on a thread until its stream ends however it ends."""
-
-    def __init__(self, stack: Stack) -> None:
-        self.id = ""
-        self.tokens = threading.Event()
-        body = {"input": LONG, "stream": True}
-        self._thread = threading.Thread(target=self._read, args=(stack, body), daemon=True)
-        self._thread.start()
-        assert self.tokens.wait(120) and self.id, "the prediction did not start"
-
-    def _read(self, stack: Stack, body: dict[str, object]) -> None:
-        url = f"{stack.api}/v1/predictions"
-        try:
-            with httpx.stream("POST", url, json=body, headers=stack.auth, timeout=120) as r:
-                self.id = r.headers.get("x-prediction-id", "")
-                for line in r.iter_lines():
-                    if line.startswith("data: ") and not line.startswith("data: {"):
-                        self.tokens.set()
-        except httpx.HTTPError:
-            pass
-        finally:
-            self.tokens.set()
+def streaming(stack: Stack) -> Generation:
+    """A long streamed prediction, generating; read on a thread until it ends however it ends."""
+    generation = Generation(stack.api, prediction_input=LONG, headers=stack.auth)
+    generation.wait_started(120)
+    return generation
 
 
 def ready(stack: Stack) -> bool:
@@ -105,7 +87,7 @@ def clean_container(stack: Stack) -> str:
 
 
 def compose_stop(stack: Stack) -> str:
-    streaming = Streaming(stack)
+    generation = streaming(stack)
     container = stack.container("triton")
     began = time.monotonic()
     stack.compose("stop", "triton")
@@ -115,8 +97,8 @@ def compose_stop(stack: Stack) -> str:
         assert state == "exited 0", f"{state} after {stopped_s:.1f} s (137: Docker killed it)"
         assert stopped_s < 10, f"stopped in {stopped_s:.1f} s"
         wait_until("the api says not ready", lambda: not ready(stack), 30)
-        wait_until("the row ended", lambda: row_status(stack, streaming.id) != "processing", 30)
-        status = row_status(stack, streaming.id)
+        wait_until("the row ended", lambda: row_status(stack, generation.id) != "processing", 30)
+        status = row_status(stack, generation.id)
         assert status in {"failed", "canceled"}, status
     finally:  # started again whatever failed: the phases after this one need it
         stack.compose("start", "triton")
@@ -129,7 +111,7 @@ def compose_stop(stack: Stack) -> str:
 
 
 def kill_tritonserver(stack: Stack) -> str:
-    streaming = Streaming(stack)  # a request mid-generation, as when a real crash happens
+    generation = streaming(stack)  # a request mid-generation, as when a real crash happens
     container = stack.container("triton")
     restarts = int(inspect(container, "{{.RestartCount}}"))
     killed = docker("exec", container, "python3", "-c", KILL_TRITONSERVER).split()
@@ -145,8 +127,8 @@ def kill_tritonserver(stack: Stack) -> str:
     )
     restarted_s = time.monotonic() - began
     assert restarted_s < 10 + 1, f"restarted {restarted_s:.1f} s after the kill"
-    wait_until("the row ended", lambda: row_status(stack, streaming.id) != "processing", 30)
-    status = row_status(stack, streaming.id)
+    wait_until("the row ended", lambda: row_status(stack, generation.id) != "processing", 30)
+    status = row_status(stack, generation.id)
     assert status == "failed", status
     back_s = wait_until("the api ready again", lambda: ready(stack), 900)
     predict(stack)

@@ -8,12 +8,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tritonbox_common.end_ids import TokenIds, default_token_ids
 from tritonbox_common.errors import RequestError
 from tritonbox_common.tokenization import (
     PreprocessingLimits,
-    TokenIds,
     decode_outputs,
-    default_token_ids,
     encode_prompt,
     preprocess,
     words_from_tensor,

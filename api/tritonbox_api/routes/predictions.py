@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sqlmodel import Session
 
-from tritonbox_api.db import crud
+from tritonbox_api.db import crud, pages
 from tritonbox_api.db.models import Prediction, Source, Status
 from tritonbox_api.db.workers import request_cancel
 from tritonbox_api.deps import Guarded, Services, ServicesDep
@@ -78,7 +78,7 @@ async def list_predictions(
     source: Source | None = None,
 ) -> PredictionList:
     def read(session: Session) -> tuple[list[Prediction], str | None]:
-        return crud.list_predictions(
+        return pages.list_predictions(
             session=session, limit=limit, cursor=cursor, status=status, source=source
         )
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonbox_api.triton_gateway import EngineInfo, TritonGateway, TritonUnavailableError
-from tritonbox_common.tokenization import TokenIds, default_token_ids, load_tokenizer
+from tritonbox_common.end_ids import TokenIds, default_token_ids
+from tritonbox_common.tokenization import load_tokenizer
 
 log = logging.getLogger(__name__)
 WARM_UP_RETRY_S = (0.5, 5.0)  # the first retry's wait, doubled up to the second

@@ -1,5 +1,5 @@
-"""crud: ids, the prediction life cycle, keyset pagination and crash recovery, on a real SQLite
-file and a real PostgreSQL server (`database_url`).
+"""crud: ids, the prediction life cycle, keyset pagination (pages) and crash recovery, on a real
+SQLite file and a real PostgreSQL server (`database_url`).
 
 Longer than 250 lines because it has one test per crud helper, each on both databases, sharing
 its fixtures.
@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 from sqlmodel import Session
+from tritonbox_testing.predictions import new_prediction
 
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import FinishReason, Prediction, Source, Status
+from tritonbox_api.db.pages import list_predictions
 from tritonbox_api.db.session import Database
 
 
@@ -25,19 +27,6 @@ from tritonbox_api.db.session import Database
 def session(database: Database) -> Iterator[Session]:
     with database.session() as session:
         yield session
-
-
-def _create(session: Session, prediction_id: str | None = None, **overrides: Any) -> Prediction:
-    values: dict[str, Any] = dict(
-        id=prediction_id or crud.new_prediction_id(),
-        source=Source.API,
-        model="tiny",
-        input={"prompt": "Hello"},
-        applied={"prompt": "Hello", "max_tokens": 5, "seed": 7},
-        prompt_tokens=2,
-    )
-    values.update(overrides)
-    return crud.create_prediction(session=session, **values)
 
 
 def _complete(session: Session, prediction_id: str, **overrides: Any) -> Prediction:
@@ -67,7 +56,14 @@ def test_ids_are_long_url_safe_and_unique() -> None:
 
 def test_create_and_get(database: Database, session: Session) -> None:
     before = datetime.now(UTC)
-    row = _create(session, "abc", input={"prompt": "é <b>"}, applied={"x": [1, None]})
+    row = new_prediction(
+        session,
+        "abc",
+        model="tiny",
+        input={"prompt": "é <b>"},
+        applied={"x": [1, None]},
+        prompt_tokens=2,
+    )
     assert row.status is Status.PROCESSING
     assert row.created_at == row.started_at
     assert row.created_at.tzinfo is UTC and row.created_at >= before
@@ -83,7 +79,7 @@ def test_create_and_get(database: Database, session: Session) -> None:
 
 
 def test_complete_computes_the_metrics(session: Session) -> None:
-    row = _create(session)
+    row = new_prediction(session)
     done = _complete(session, row.id)
     assert done.status is Status.SUCCEEDED and done.finish_reason is FinishReason.STOP
     assert done.output == "Hi there" and done.completion_tokens == 5
@@ -94,11 +90,11 @@ def test_complete_computes_the_metrics(session: Session) -> None:
 
 
 def test_complete_edge_metrics(session: Session) -> None:
-    one = _complete(session, _create(session).id, completion_tokens=1, total_time_s=0.5)
+    one = _complete(session, new_prediction(session).id, completion_tokens=1, total_time_s=0.5)
     assert one.time_per_output_token_s is None and one.tokens_per_second == pytest.approx(2.0)
     failed = _complete(
         session,
-        _create(session).id,
+        new_prediction(session).id,
         status=Status.FAILED,
         finish_reason=FinishReason.ERROR,
         error="boom",
@@ -112,7 +108,7 @@ def test_complete_edge_metrics(session: Session) -> None:
 
 
 def test_complete_is_idempotent(database: Database, session: Session) -> None:
-    row = _create(session)
+    row = new_prediction(session)
     first = _complete(session, row.id)
     # A cancel that lost the race to the normal end changes nothing.
     second = _complete(
@@ -127,13 +123,13 @@ def test_complete_is_idempotent(database: Database, session: Session) -> None:
 
 def test_complete_checks_its_arguments(session: Session) -> None:
     with pytest.raises(ValueError, match="status"):
-        _complete(session, _create(session).id, status=Status.PROCESSING)
+        _complete(session, new_prediction(session).id, status=Status.PROCESSING)
     with pytest.raises(LookupError):
         _complete(session, "missing")
 
 
 def test_update_output(session: Session) -> None:
-    row = _create(session)
+    row = new_prediction(session)
     assert crud.update_output(session=session, id=row.id, output="Hi")
     stored = crud.get_prediction(session=session, id=row.id)
     assert stored is not None and stored.output == "Hi" and stored.status is Status.PROCESSING
@@ -148,7 +144,9 @@ def _seed_rows(session: Session, count: int) -> list[Prediction]:
     base = datetime(2025, 1, 1, tzinfo=UTC)
     rows = []
     for index in range(count):
-        row = _create(session, f"id{index:03d}", source=Source.OPENAI if index % 3 else Source.API)
+        row = new_prediction(
+            session, f"id{index:03d}", source=Source.OPENAI if index % 3 else Source.API
+        )
         row.created_at = base + timedelta(seconds=index // 4)
         if index % 2:
             _complete(session, row.id)
@@ -165,7 +163,7 @@ def _key(row: Prediction) -> tuple[datetime, str]:
 def _all_pages(session: Session, limit: int, **filters: Any) -> list[list[Prediction]]:
     pages, cursor = [], None
     while True:
-        page, cursor = crud.list_predictions(session=session, limit=limit, cursor=cursor, **filters)
+        page, cursor = list_predictions(session=session, limit=limit, cursor=cursor, **filters)
         pages.append(page)
         if cursor is None:
             return pages
@@ -184,15 +182,15 @@ def test_pagination_is_newest_first_without_repeats_or_gaps(session: Session) ->
 def test_a_full_last_page_has_no_next(session: Session) -> None:
     _seed_rows(session, 20)
     assert [len(page) for page in _all_pages(session, 10)] == [10, 10]
-    only_page, cursor = crud.list_predictions(session=session, limit=50)
+    only_page, cursor = list_predictions(session=session, limit=50)
     assert len(only_page) == 20 and cursor is None and only_page[0].id == "id019"
 
 
 def test_new_rows_do_not_shift_later_pages(session: Session) -> None:
     _seed_rows(session, 12)
-    first, cursor = crud.list_predictions(session=session, limit=5)
-    _create(session, "newest")  # created now: newer than every seeded row
-    second, _ = crud.list_predictions(session=session, limit=5, cursor=cursor)
+    first, cursor = list_predictions(session=session, limit=5)
+    new_prediction(session, "newest")  # created now: newer than every seeded row
+    second, _ = list_predictions(session=session, limit=5, cursor=cursor)
     assert {row.id for row in first}.isdisjoint(row.id for row in second)
     assert second[0].id == "id006"
 
@@ -225,25 +223,25 @@ def test_filters(session: Session) -> None:
 )
 def test_a_bad_cursor_is_a_value_error(session: Session, cursor: str) -> None:
     with pytest.raises(ValueError, match=r"^cursor: "):
-        crud.list_predictions(session=session, limit=10, cursor=cursor)
+        list_predictions(session=session, limit=10, cursor=cursor)
 
 
 def test_an_empty_table_lists_nothing(session: Session) -> None:
-    assert crud.list_predictions(session=session, limit=10) == ([], None)
+    assert list_predictions(session=session, limit=10) == ([], None)
 
 
 def test_a_bad_limit_is_a_value_error(session: Session) -> None:
     with pytest.raises(ValueError, match=r"^limit: "):
-        crud.list_predictions(session=session, limit=0)
+        list_predictions(session=session, limit=0)
 
 
 def test_recover_interrupted(database: Database, session: Session) -> None:
-    starting = _create(session)
+    starting = new_prediction(session)
     starting.status = Status.STARTING
     session.add(starting)
     session.commit()
-    processing = _create(session)
-    finished = _create(session)
+    processing = new_prediction(session)
+    finished = new_prediction(session)
     _complete(session, finished.id)
 
     assert crud.recover_interrupted(session=session) == 2

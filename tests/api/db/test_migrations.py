@@ -19,8 +19,9 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlmodel import SQLModel
+from tritonbox_testing.predictions import new_prediction
 
-from tritonbox_api.db import crud, migrate
+from tritonbox_api.db import crud, migrate, pages
 from tritonbox_api.db.models import FinishReason, Source, Status
 from tritonbox_api.db.session import Database
 
@@ -68,8 +69,8 @@ def test_a_0_1_0_database_upgrades_in_place_losing_nothing(legacy_copy: Path) ->
         assert [{k: row[k] for k in before[0]} for row in after] == before
         assert all(row["owner"] is None and row["cancel_requested_at"] is None for row in after)
         with database.session() as session:
-            page, cursor = crud.list_predictions(session=session, limit=20)
-            rest, last = crud.list_predictions(session=session, limit=20, cursor=cursor)
+            page, cursor = pages.list_predictions(session=session, limit=20)
+            rest, last = pages.list_predictions(session=session, limit=20, cursor=cursor)
             assert last is None and len(page) + len(rest) == 30
             listed = [row.id for row in page + rest]
             assert listed == sorted(listed, key=lambda i: (int(i[6:]) // 2, i), reverse=True)
@@ -80,15 +81,7 @@ def test_a_0_1_0_database_upgrades_in_place_losing_nothing(legacy_copy: Path) ->
             assert old.input == {"prompt": "Bonjour é 3", "max_tokens": 8}
             # The rows release 0.1.0 left running (no owner) are failed like after any crash.
             assert crud.recover_interrupted(session=session) == 6
-            crud.create_prediction(
-                session=session,
-                id="new",
-                source=Source.API,
-                model="m",
-                input={},
-                applied={},
-                prompt_tokens=1,
-            )
+            new_prediction(session, "new", input={})
     finally:
         database.close()
     with sqlite3.connect(legacy_copy) as connection:
@@ -125,10 +118,7 @@ def test_the_migrations_build_the_models_schema(database: Database) -> None:
 
 def test_downgrade_then_upgrade_keeps_the_rows(database: Database) -> None:
     with database.session() as session:
-        crud.create_prediction(
-            session=session, id="a", source=Source.API, model="m", input={}, applied={},
-            prompt_tokens=None,
-        )  # fmt: skip
+        new_prediction(session, "a", input={}, prompt_tokens=None)
     with database.engine.begin() as connection:
         config = migrate.alembic_config(connection)
         command.downgrade(config, migrate.BASELINE)

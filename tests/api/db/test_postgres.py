@@ -4,18 +4,14 @@ and URLs (SQLite's own behaviour is in test_session.py)."""
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Callable
 
 import psycopg
 import pytest
 from sqlalchemy import make_url
-from sqlmodel import Session, func, select
 from tritonbox_testing.ports import free_port
 from tritonbox_testing.postgres import RunningPostgres
+from tritonbox_testing.predictions import count, write_concurrently
 
-from tritonbox_api.db import crud
-from tritonbox_api.db.models import Prediction, Source
 from tritonbox_api.db.session import Database
 
 
@@ -25,40 +21,12 @@ def database_url(postgres_server: RunningPostgres) -> str:
     return postgres_server.create_database()
 
 
-def _insert(prediction_id: str, threads: set[int]) -> Callable[[Session], Prediction]:
-    def work(session: Session) -> Prediction:
-        threads.add(threading.get_ident())
-        return crud.create_prediction(
-            session=session,
-            id=prediction_id,
-            source=Source.API,
-            model="m",
-            input={"prompt": prediction_id},
-            applied={},
-            prompt_tokens=1,
-        )
-
-    return work
-
-
-def _count(session: Session) -> int:
-    return session.exec(select(func.count()).select_from(Prediction)).one()
-
-
 def test_concurrent_writes_land_off_the_event_loop(database: Database) -> None:
-    threads: set[int] = set()
-
-    async def main() -> tuple[list[Prediction], list[int], int]:
-        ids = [crud.new_prediction_id() for _ in range(300)]
-        writes = [asyncio.create_task(database.run(_insert(i, threads))) for i in ids]
-        counts = await asyncio.gather(*(database.read(_count) for _ in range(50)))
-        return await asyncio.gather(*writes), counts, threading.get_ident()
-
-    rows, counts, loop_thread = asyncio.run(main())
+    rows, counts, threads, loop_thread = write_concurrently(database, 300)
     assert len({row.id for row in rows}) == 300
     assert all(0 <= c <= 300 for c in counts)
     with database.session() as session:
-        assert _count(session) == 300
+        assert count(session) == 300
     assert loop_thread not in threads
     # PostgreSQL takes concurrent writers: commits overlap on several threads.
     assert len(threads) > 1

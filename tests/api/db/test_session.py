@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlmodel import Session, func, select
+from tritonbox_testing.predictions import count, new_prediction, write_concurrently
 
 from tritonbox_api.db import crud
 from tritonbox_api.db.models import Prediction, Source
@@ -20,27 +20,13 @@ from tritonbox_api.settings import ApiSettings
 
 
 @pytest.fixture
-def database(tmp_path: Path) -> Iterator[Database]:
-    database = Database(tmp_path / "nested" / "tritonbox.db")
-    database.open()
-    yield database
-    database.close()
+def database_url(tmp_path: Path) -> str:
+    """SQLite only here, in a folder not made yet (the `database` fixture opens it)."""
+    return f"sqlite:///{tmp_path / 'nested' / 'tritonbox.db'}"
 
 
 def _pragma(session: Session, name: str) -> object:
     return session.connection().exec_driver_sql(f"PRAGMA {name}").scalar()
-
-
-def _insert(session: Session, prediction_id: str) -> Prediction:
-    return crud.create_prediction(
-        session=session,
-        id=prediction_id,
-        source=Source.API,
-        model="m",
-        input={"prompt": prediction_id},
-        applied={},
-        prompt_tokens=1,
-    )
 
 
 def test_open_creates_the_file_in_wal_mode(database: Database) -> None:
@@ -65,26 +51,7 @@ def test_every_thread_s_connection_is_configured(database: Database) -> None:
 
 
 def test_concurrent_writes_all_land_on_one_thread(database: Database) -> None:
-    threads: set[int] = set()
-
-    def insert(prediction_id: str) -> Callable[[Session], Prediction]:
-        def work(session: Session) -> Prediction:
-            threads.add(threading.get_ident())
-            return _insert(session, prediction_id)
-
-        return work
-
-    def count(session: Session) -> int:
-        return session.exec(select(func.count()).select_from(Prediction)).one()
-
-    async def main() -> tuple[list[Prediction], list[int]]:
-        ids = [crud.new_prediction_id() for _ in range(200)]
-        writes = [asyncio.create_task(database.run(insert(i))) for i in ids]
-        # Reads go on in parallel with the writes, on their own threads.
-        counts = await asyncio.gather(*(database.read(count) for _ in range(50)))
-        return await asyncio.gather(*writes), counts
-
-    rows, counts = asyncio.run(main())
+    rows, counts, threads, _ = write_concurrently(database, 200)
     assert len({row.id for row in rows}) == 200
     assert all(0 <= c <= 200 for c in counts)
     with database.session() as session:
@@ -119,7 +86,7 @@ def test_is_writable(database: Database) -> None:
     assert database.is_writable()
     assert asyncio.run(database.check_writable())
     with database.session() as session:
-        _insert(session, "a")
+        new_prediction(session, "a")
     # is_writable changes nothing.
     with database.session() as session:
         assert session.exec(select(func.count()).select_from(Prediction)).one() == 1
@@ -159,7 +126,7 @@ def test_close_leaves_one_self_contained_file(tmp_path: Path) -> None:
     database = Database(path)
     database.open()
     with database.session() as session:
-        _insert(session, "a")
+        new_prediction(session, "a")
     database.close()
     wal = Path(f"{path}-wal")
     assert not wal.exists() or wal.stat().st_size == 0  # checkpointed into the file

@@ -10,23 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 from sqlmodel import Session
+from tritonbox_testing.predictions import new_prediction
 
 from tritonbox_api.db import crud, workers
-from tritonbox_api.db.models import ApiWorker, Source, Status, utc_now
+from tritonbox_api.db.models import ApiWorker, Status, utc_now
 from tritonbox_api.db.session import Database
-
-
-def _create(session: Session, prediction_id: str, owner: str | None) -> None:
-    crud.create_prediction(
-        session=session,
-        id=prediction_id,
-        source=Source.API,
-        model="m",
-        input={},
-        applied={},
-        prompt_tokens=1,
-        owner=owner,
-    )
 
 
 def _status(database: Database, prediction_id: str) -> Status:
@@ -40,7 +28,7 @@ def test_rows_name_the_worker_that_inserts_them(database: Database) -> None:
     database.owner = "worker-a"
 
     def insert(session: Session) -> Any:
-        _create(session, "p1", owner=None)
+        new_prediction(session, "p1", owner=None)
         return crud.get_prediction(session=session, id="p1")
 
     row = asyncio.run(database.run(insert))
@@ -59,11 +47,11 @@ def test_recovery_fails_only_the_rows_of_workers_that_are_gone(database: Databas
         # Fresh heartbeat, but its process on this host is gone (a crash, then a restart).
         workers.heartbeat(session=session, worker=f"{here}-999999999-12345-abcd")
         session.commit()
-        _create(session, "of-live", owner="live")
-        _create(session, "of-stale", owner="stale")
-        _create(session, "of-crashed", owner=f"{here}-999999999-12345-abcd")
-        _create(session, "of-nobody", owner=None)  # from before several workers
-        _create(session, "of-unknown", owner="never-registered")
+        new_prediction(session, "of-live", owner="live")
+        new_prediction(session, "of-stale", owner="stale")
+        new_prediction(session, "of-crashed", owner=f"{here}-999999999-12345-abcd")
+        new_prediction(session, "of-nobody", owner=None)  # from before several workers
+        new_prediction(session, "of-unknown", owner="never-registered")
         assert workers.recover_orphans(session=session, stale_after=timedelta(seconds=30)) == 4
         assert workers.live_worker_ids(session=session, within=timedelta(seconds=30)) == ["live"]
     assert _status(database, "of-live") is Status.PROCESSING
@@ -84,8 +72,8 @@ def test_a_live_process_on_this_host_is_not_gone() -> None:
 
 def test_cancel_requests_reach_the_owner_only_while_running(database: Database) -> None:
     with database.session() as session:
-        _create(session, "mine", owner="a")
-        _create(session, "theirs", owner="b")
+        new_prediction(session, "mine", owner="a")
+        new_prediction(session, "theirs", owner="b")
         assert crud.request_cancel(session=session, id="mine")
         assert crud.request_cancel(session=session, id="theirs")
         assert not crud.request_cancel(session=session, id="missing")
@@ -130,7 +118,7 @@ def test_presence_cancels_what_another_worker_asked_for(database: Database) -> N
         )
         assert await owner.start() == 0
         assert await peer.start() == 0
-        await database.run(lambda s: _create(s, "p1", owner=None))  # owner: database.owner
+        await database.run(lambda s: new_prediction(s, "p1", owner=None))  # owner: database.owner
         await asyncio.wait_for(workers.request_cancel(other, "p1", wait_s=10), 15)
         await asyncio.sleep(0.3)  # the peer's heartbeats and sweeps leave A's rows alone
         await peer.stop()

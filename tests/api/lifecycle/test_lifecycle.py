@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tritonbox_api import metrics
-from tritonbox_api.db import crud
+from tritonbox_api.db import pages
 from tritonbox_api.service.prepare import prepare
 
 PROMPT = "The capital of France is"
@@ -53,7 +53,7 @@ def run(
 
 async def rows(stack: Any) -> list[Any]:
     found, _ = await stack.services.database.read(
-        lambda session: crud.list_predictions(session=session, limit=100)
+        lambda session: pages.list_predictions(session=session, limit=100)
     )
     return list(found)
 

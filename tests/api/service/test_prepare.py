@@ -19,7 +19,8 @@ from tritonbox_api.service.prepare import (
 )
 from tritonbox_api.triton_gateway import EngineInfo
 from tritonbox_common.client import build_inputs
-from tritonbox_common.tokenization import default_token_ids, load_tokenizer
+from tritonbox_common.end_ids import default_token_ids
+from tritonbox_common.tokenization import load_tokenizer
 from tritonbox_common.word_lists import decode_word_list
 from tritonbox_triton.prepare_model import prepare_default_model
 

@@ -7,7 +7,6 @@ engine stops)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from tritonbox_testing.api_process import RunningApi, launch_api
 from tritonbox_testing.postgres import RunningPostgres
+from tritonbox_testing.stack_traffic import Generation
 
 LONG = {"prompt": "Tell me a very long story about a dragon.", "max_tokens": 400, "min_tokens": 400}
 SHORT = {"prompt": "Say hello.", "max_tokens": 4, "min_tokens": 4}
@@ -40,30 +40,11 @@ def _rows(url: str) -> list[dict[str, Any]]:
         engine.dispose()
 
 
-def _stream_in_background(api: RunningApi) -> tuple[threading.Thread, dict[str, Any]]:
-    """A long streamed prediction on `api`; `seen` gets its id, then its end."""
-    seen: dict[str, Any] = {}
-    started = threading.Event()
-
-    def consume() -> None:
-        body = {"input": LONG, "stream": True}
-        with (
-            httpx.Client(base_url=api.url, timeout=120) as client,
-            client.stream("POST", "/v1/predictions", json=body) as response,
-        ):
-            seen["id"] = response.headers["x-prediction-id"]
-            events = []
-            for line in response.iter_lines():
-                if line.startswith("event:"):
-                    events.append(line.split(":", 1)[1].strip())
-                    started.set()
-            seen["events"] = events
-        started.set()
-
-    thread = threading.Thread(target=consume, daemon=True)
-    thread.start()
-    assert started.wait(60), "the stream did not start"
-    return thread, seen
+def _stream_in_background(api: RunningApi) -> Generation:
+    """A long streamed prediction on `api`, generating."""
+    generation = Generation(api.url, prediction_input=LONG)
+    generation.wait_started(60)
+    return generation
 
 
 def _engine_active(triton: Any) -> float:
@@ -81,15 +62,14 @@ def test_a_cancel_on_one_api_stops_a_stream_of_another(
     second = launch(database_url=url)
     first.wait_ready()
     second.wait_ready()
-    thread, seen = _stream_in_background(first)
+    generation = _stream_in_background(first)
     began = time.monotonic()
     with httpx.Client(base_url=second.url, timeout=30) as client:
-        answer = client.post(f"/v1/predictions/{seen['id']}/cancel")
+        answer = client.post(f"/v1/predictions/{generation.id}/cancel")
     took = time.monotonic() - began
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] == "canceled", answer.json()
-    thread.join(30)
-    assert not thread.is_alive() and seen["events"][-1] == "done"
+    assert generation.join(30) and generation.events[-1] == "done", generation.error
     print(f"cancel through the other api process: {took:.2f} s to a canceled row")
     assert took < 5
     # The owner stopped the engine's work too, not only the row (an earlier test's short
@@ -98,7 +78,7 @@ def test_a_cancel_on_one_api_stops_a_stream_of_another(
     while _engine_active(triton_server) > 0:
         assert time.monotonic() < deadline, "the engine kept generating after the cancel"
         time.sleep(0.05)
-    (row,) = [r for r in _rows(url) if r["id"] == seen["id"]]
+    (row,) = [r for r in _rows(url) if r["id"] == generation.id]
     assert row["status"] == "canceled" and row["owner"]
 
 
@@ -200,13 +180,12 @@ def test_cancel_from_any_connection_with_two_workers(
     # worker that does not run the prediction (only those mark the row's cancel_requested_at).
     crossed: list[str] = []
     for _ in range(12):
-        thread, seen = _stream_in_background(workers_api)
+        generation = _stream_in_background(workers_api)
         with httpx.Client(base_url=workers_api.url, timeout=30) as client:
-            answer = client.post(f"/v1/predictions/{seen['id']}/cancel")
+            answer = client.post(f"/v1/predictions/{generation.id}/cancel")
         assert answer.status_code == 200 and answer.json()["status"] == "canceled", answer.text
-        thread.join(30)
-        assert not thread.is_alive()
-        (row,) = [r for r in _rows(database_url) if r["id"] == seen["id"]]
+        assert generation.join(30)
+        (row,) = [r for r in _rows(database_url) if r["id"] == generation.id]
         assert row["status"] == "canceled"
         if row["cancel_requested_at"] is not None:
             crossed.append(row["id"])

@@ -1,12 +1,14 @@
-"""Traffic for a native stack under test: a long streamed prediction read on a thread, a
-warm-up answer, and a watch on the engine's active requests (tests/triton/server/
-test_stop_clean.py)."""
+"""Traffic for a stack under test: a long streamed prediction read on a thread (the native
+stack's tests/triton/server/test_stop_clean.py, the api workers' tests and the compose checks),
+a warm-up answer, and a watch on the engine's active requests."""
 
 from __future__ import annotations
 
 import re
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
@@ -14,32 +16,48 @@ ACTIVE = re.compile(r'^nv_trt_llm_request_metrics\{[^}]*request_type="active"[^}
 
 
 class Generation:
-    """A streamed prediction through the api, read on a thread until the stream ends."""
+    """A long streamed prediction through the api (POST /v1/predictions), read on a thread until
+    its stream ends however it ends: its id, its token chunks, its events' names, its first
+    lines (for messages) and the HTTP error that ended it, if one did.
 
-    def __init__(self, api: str, max_tokens: int = 480) -> None:
+    `prediction_input`: the prediction's input (a long story of `max_tokens` unless given);
+    `headers`: the request's (an api key); `timeout_s`: httpx's time-out for the stream."""
+
+    def __init__(
+        self,
+        api: str,
+        max_tokens: int = 480,
+        *,
+        prediction_input: Mapping[str, object] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 120,
+    ) -> None:
         self.id = ""
         self.chunks = 0
+        self.events: list[str] = []
         self.lines: list[str] = []
         self.started = threading.Event()
         self.error: BaseException | None = None
-        body = {
-            "input": {
+        if prediction_input is None:
+            prediction_input = {
                 "prompt": "Tell a very long story about the sea.",
                 "max_tokens": max_tokens,
                 "min_tokens": max_tokens,  # no early end of sequence
-            },
-            "stream": True,
-        }
-        self._thread = threading.Thread(target=self._read, args=(api, body), daemon=True)
+            }
+        body = {"input": dict(prediction_input), "stream": True}
+        request = {"json": body, "headers": dict(headers or {}), "timeout": timeout_s}
+        self._thread = threading.Thread(target=self._read, args=(api, request), daemon=True)
         self._thread.start()
 
-    def _read(self, api: str, body: dict[str, object]) -> None:
+    def _read(self, api: str, request: dict[str, Any]) -> None:
         try:
-            with httpx.stream("POST", f"{api}/v1/predictions", json=body, timeout=120) as r:
+            with httpx.stream("POST", f"{api}/v1/predictions", **request) as r:
                 self.id = r.headers.get("x-prediction-id", "")
                 for line in r.iter_lines():
                     if len(self.lines) < 20:
                         self.lines.append(f"{r.status_code} {line}")
+                    if line.startswith("event:"):
+                        self.events.append(line.split(":", 1)[1].strip())
                     if line.startswith("data: ") and not line.startswith("data: {"):
                         self.chunks += 1
                         if self.chunks >= 2:  # generating, not only admitted
@@ -52,6 +70,11 @@ class Generation:
     def wait_started(self, timeout_s: float = 120) -> None:
         assert self.started.wait(timeout_s), "the generation did not start"
         assert self.id and self.chunks >= 2, (self.id, self.lines, self.error)
+
+    def join(self, timeout_s: float) -> bool:
+        """Waits up to `timeout_s` for the stream to end; True when it has."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
 
 def warm(api: str) -> None:

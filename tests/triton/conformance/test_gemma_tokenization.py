@@ -17,11 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tritonbox_common.end_ids import declared_end_ids
+from tritonbox_common.end_ids import TokenIds, declared_end_ids, default_token_ids
 from tritonbox_common.tokenization import (
     PreprocessingLimits,
-    TokenIds,
-    default_token_ids,
     encode_prompt,
     load_tokenizer,
     preprocess,

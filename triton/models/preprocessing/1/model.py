@@ -11,11 +11,11 @@ from typing import Any
 import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
+from tritonbox_common.end_ids import default_token_ids
 from tritonbox_common.model_params import config_parameters, dir_parameter, int_parameter
 from tritonbox_common.tokenization import (
     PreprocessingLimits,
     RequestError,
-    default_token_ids,
     load_tokenizer,
     preprocess,
 )
