@@ -4,7 +4,8 @@
 (code 0) before Docker's 10 s stop timeout would kill it, the api says not ready and saves the
 prediction as failed, and after `start` everything serves again. `kill -9` of tritonserver
 inside the container: the launcher ends the stubs and exits, Docker restarts the container
-(`restart: unless-stopped`), the api is not ready meanwhile and recovers. After each, the
+(`restart: unless-stopped`) within 10 s, the api is not ready meanwhile, saves the prediction as
+failed, and recovers. After each, the
 container holds one tritonserver, its stubs (each with its watcher), no zombie (tini is PID 1:
 `init: true`), and as many shared-memory regions as stubs.
 """
