@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from scripts.benchmarks.servers import start_cpu_engine
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -36,9 +38,6 @@ from transformers import (
 )
 
 from tritonbox_common.client import Generation, GenerationRequest, TritonLLMClient
-from tritonbox_triton.render import render_repository
-from tritonbox_triton.server import TritonServer
-from tritonbox_triton.settings import TritonSettings
 
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = [
@@ -242,24 +241,22 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmark-cpu-engine.md")
     args = parser.parse_args()
 
-    settings = TritonSettings(cache_dir=REPO / ".cache")
-    tokenizer = AutoTokenizer.from_pretrained(settings.resolved_model_dir)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as folder, contextlib.ExitStack() as servers:
+        batch_size = max(max(args.concurrency), 9)  # the arrival test runs 8 + 1 at once
+        settings = start_cpu_engine(servers, Path(folder), batch_size)
+        tokenizer = AutoTokenizer.from_pretrained(settings.resolved_model_dir)
+        url = settings.grpc_url
+        asyncio.run(triton_round(url, prompts(tokenizer, 2), 1, 8))  # warm-up
+        for concurrency in args.concurrency:
+            texts = prompts(tokenizer, max(4, 2 * concurrency))
+            rows.append(asyncio.run(triton_round(url, texts, concurrency, args.tokens)))
+            print(f"triton c={concurrency}: {rows[-1].tokens_per_s:.1f} tok/s", file=sys.stderr)
+        texts = prompts(tokenizer, 9)
+        ttft = asyncio.run(arrival_under_load(url, texts[:8], texts[8], args.tokens))
     model = AutoModelForCausalLM.from_pretrained(settings.resolved_model_dir, dtype=torch.float32)
     model.eval()
-    rows: list[Row] = []
-    with tempfile.TemporaryDirectory() as repository:
-        render_repository(settings, out_dir=Path(repository))
-        with TritonServer(settings, model_repository=Path(repository)) as server:
-            server.wait_ready(settings.triton_ready_timeout_s)
-            url = settings.grpc_url
-            asyncio.run(triton_round(url, prompts(tokenizer, 2), 1, 8))  # warm-up
-            for concurrency in args.concurrency:
-                texts = prompts(tokenizer, max(4, 2 * concurrency))
-                rows.append(asyncio.run(triton_round(url, texts, concurrency, args.tokens)))
-                print(f"triton c={concurrency}: {rows[-1].tokens_per_s:.1f} tok/s", file=sys.stderr)
-            texts = prompts(tokenizer, 9)
-            ttft = asyncio.run(arrival_under_load(url, texts[:8], texts[8], args.tokens))
-        rows += generate_rows(model, tokenizer, prompts(tokenizer, 8), args.tokens)
+    rows += generate_rows(model, tokenizer, prompts(tokenizer, 8), args.tokens)
     prefill, step = step_costs(model, tokenizer, prompts(tokenizer, 9)[8], 8)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(report(rows, args.tokens, (ttft, prefill, step), settings.cpu_threads))
