@@ -2,13 +2,20 @@
 page and in the playground, from one `input` (GenerationInput's fields).
 
 Each snippet reads the key from the environment ($API_KEY) when the api needs one: no page ever
-shows the real key.
+shows the real key. With an adapter, each starts with a comment naming it and the sha256 of its
+files (`# adapter pirate sha256:3f2a9c1b7d4e`): the name alone may later be re-registered with
+other weights, and the hash says which ones produced (or will produce) the answer.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+SHORT_SHA = 12  # hex digits of an adapter's sha256 shown: enough to tell two versions apart
+# A registered adapter's name (the api's pattern); anything else is quoted to stay one line.
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 # GenerationInput name -> the openai SDK's own argument; the rest go in `extra_body`.
 _OPENAI_ARGUMENTS = {
@@ -46,15 +53,34 @@ def python_literal(value: Any, indent: int = 0) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def adapter_comment(generation_input: dict[str, Any], adapter_sha256: str | None) -> str:
+    """`# adapter <name> sha256:<prefix>` and a newline ("" without an adapter): a comment in
+    shell and in Python alike, so every snippet stays runnable."""
+    adapter = generation_input.get("adapter")
+    if not adapter:
+        return ""
+    name = str(adapter)
+    shown = name if _PLAIN_NAME.match(name) else json.dumps(name)  # never a second line
+    known = f" sha256:{adapter_sha256[:SHORT_SHA]}" if adapter_sha256 else ""
+    return f"# adapter {shown}{known}\n"
+
+
 def _shell_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def curl(generation_input: dict[str, Any], api_url: str, *, api_key_required: bool) -> str:
+def curl(
+    generation_input: dict[str, Any],
+    api_url: str,
+    *,
+    api_key_required: bool,
+    adapter_sha256: str | None = None,
+) -> str:
     body = {"input": generation_input, "stream": False}
     auth = '  -H "Authorization: Bearer $API_KEY" \\\n' if api_key_required else ""
     data = json.dumps(body, indent=2, ensure_ascii=False)
     return (
+        f"{adapter_comment(generation_input, adapter_sha256)}"
         f"curl {api_url}/v1/predictions \\\n"
         "  -H 'Content-Type: application/json' \\\n"
         f"{auth}  -d {_shell_quote(data)}"
@@ -62,11 +88,17 @@ def curl(generation_input: dict[str, Any], api_url: str, *, api_key_required: bo
 
 
 def python(
-    generation_input: dict[str, Any], api_url: str, *, api_key_required: bool, stream: bool = True
+    generation_input: dict[str, Any],
+    api_url: str,
+    *,
+    api_key_required: bool,
+    stream: bool = True,
+    adapter_sha256: str | None = None,
 ) -> str:
     """httpx code: streamed (server-sent events, printed as they come) or one JSON answer."""
     body = {"input": generation_input, "stream": stream}
     imports = "import os\n\nimport httpx" if api_key_required else "import httpx"
+    imports = adapter_comment(generation_input, adapter_sha256) + imports
     auth = (
         '    headers={"Authorization": f"Bearer {os.environ[\'API_KEY\']}"},\n'
         if api_key_required
@@ -100,7 +132,13 @@ def python(
     )
 
 
-def openai(generation_input: dict[str, Any], api_url: str, *, api_key_required: bool) -> str:
+def openai(
+    generation_input: dict[str, Any],
+    api_url: str,
+    *,
+    api_key_required: bool,
+    adapter_sha256: str | None = None,
+) -> str:
     arguments: dict[str, Any] = {}
     extras: dict[str, Any] = {}
     for name, value in generation_input.items():
@@ -132,7 +170,7 @@ def openai(generation_input: dict[str, Any], api_url: str, *, api_key_required: 
         else "model = client.models.list().data[0].id\n"
     )
     return (
-        f"{imports}\n\n"
+        f"{adapter_comment(generation_input, adapter_sha256)}{imports}\n\n"
         f"client = OpenAI(base_url={json.dumps(api_url + '/v1')}, api_key={key})\n"
         f"{model}"
         f"stream = {call}(\n"

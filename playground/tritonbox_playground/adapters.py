@@ -14,13 +14,13 @@ from typing import Any
 import gradio as gr
 
 from tritonbox_common import parameters as p
+from tritonbox_common.snippets import SHORT_SHA
 from tritonbox_playground.api_client import AdapterInfo, PredictionView
 
 ADAPTER = p.ADAPTER.name
 # The picker's "no adapter" choice. Adapter names cannot contain a space
 # (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$), so this never names an adapter.
 BASE = "base model"
-SHORT_SHA = 12  # hex digits shown of an adapter's sha256: enough to tell two versions apart
 
 
 def is_base(value: Any) -> bool:
@@ -48,6 +48,11 @@ def pick(names: Sequence[str], preferred: Any) -> str | None:
     if not is_base(preferred) and str(preferred).strip() in names:
         return str(preferred).strip()
     return names[0] if names else None
+
+
+def sha256_of(adapters: Sequence[AdapterInfo] | None, name: str | None) -> str | None:
+    """The sha256 the api lists for adapter `name` (None: the base model, or not listed)."""
+    return next((a.sha256 or None for a in adapters or [] if name and a.name == name), None)
 
 
 def label(adapter: AdapterInfo) -> str:

@@ -12,7 +12,7 @@ import gradio as gr
 
 from tritonbox_common import snippets
 from tritonbox_playground import display
-from tritonbox_playground.adapters import ADAPTER
+from tritonbox_playground.adapters import ADAPTER, sha256_of
 from tritonbox_playground.adapters import restored as restored_adapter
 from tritonbox_playground.api_client import (
     ApiClient,
@@ -162,16 +162,22 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             for problem in problems or []:
                 gr.Warning(f"Stop: {problem}")
 
-        def code(*values: Any) -> tuple[str, str, str]:
+        async def code(*values: Any) -> tuple[str, str, str]:
             try:
                 body = generation_input(dict(zip(FIELDS, values, strict=True)))
             except PlaygroundError as failure:
                 message = f"# {failure.message}"
                 return message, message, message
+            sha = None
+            # Asked now, not when the page opened (it may have been registered again since);
+            # when the api cannot say, the snippet still runs, only without the hash.
+            with contextlib.suppress(PlaygroundError):
+                if body.get(ADAPTER):
+                    sha = sha256_of(await api.adapters(), body[ADAPTER])
             return (
-                snippets.curl(body, api_url, api_key_required=key_required),
-                snippets.python(body, api_url, api_key_required=key_required),
-                snippets.openai(body, api_url, api_key_required=key_required),
+                snippets.curl(body, api_url, api_key_required=key_required, adapter_sha256=sha),
+                snippets.python(body, api_url, api_key_required=key_required, adapter_sha256=sha),
+                snippets.openai(body, api_url, api_key_required=key_required, adapter_sha256=sha),
             )
 
         def forget_earlier() -> tuple[list[dict[str, str]], Any, Any]:

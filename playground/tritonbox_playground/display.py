@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 
-from tritonbox_playground.adapters import SHORT_SHA
+from tritonbox_common.snippets import SHORT_SHA
 from tritonbox_playground.api_client import PredictionView
 from tritonbox_playground.form import text_from_words
 

@@ -69,3 +69,57 @@ def test_openai_chat_uses_chat_completions() -> None:
     ast.parse(text)
     assert "client.chat.completions.create(" in text
     assert 'api_key=os.environ["API_KEY"]' in text
+
+
+SHA = "3f2a9c1b7d4e" + "5" * 52
+WITH_ADAPTER = {"prompt": "Tell me about the sea.", "max_tokens": 8, "adapter": "pirate"}
+
+
+def test_each_snippet_names_the_adapter_and_its_hash_and_still_runs() -> None:
+    note = "# adapter pirate sha256:3f2a9c1b7d4e"
+    curl = snippets.curl(WITH_ADAPTER, URL, api_key_required=False, adapter_sha256=SHA)
+    assert curl.splitlines()[0] == note
+    words = shlex.split(curl.replace("\\\n", " "), comments=True)  # as a shell reads it
+    assert words[:2] == ["curl", f"{URL}/v1/predictions"]
+    assert json.loads(words[words.index("-d") + 1])["input"] == WITH_ADAPTER
+    for stream in (True, False):
+        python = snippets.python(WITH_ADAPTER, URL, api_key_required=True, adapter_sha256=SHA,
+                                 stream=stream)  # fmt: skip
+        assert python.splitlines()[0] == note
+        ast.parse(python)
+
+    text = snippets.openai(WITH_ADAPTER, URL, api_key_required=False, adapter_sha256=SHA)
+    assert text.splitlines()[0] == note
+    tree = ast.parse(text)
+    # On the OpenAI routes the adapter is a model of its own: `model=model`, model = "pirate".
+    assigned = {
+        node.targets[0].id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+    }
+    assert ast.literal_eval(assigned["model"]) == "pirate"
+    call = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "client.completions.create"
+    )
+    assert ast.unparse(next(k.value for k in call.keywords if k.arg == "model")) == "model"
+    assert "adapter" not in ast.unparse(call)  # not an extra_body field there
+
+
+def test_without_an_adapter_or_its_hash() -> None:
+    for make in (snippets.curl, snippets.openai):
+        assert "# adapter" not in make(BODY, URL, api_key_required=False, adapter_sha256=SHA)
+    unknown = snippets.python(WITH_ADAPTER, URL, api_key_required=False)  # hash not known
+    assert unknown.splitlines()[0] == "# adapter pirate"
+
+
+def test_an_odd_adapter_name_stays_inside_its_comment() -> None:
+    odd = WITH_ADAPTER | {"adapter": "x\nimport shutil; shutil.rmtree('/')\r"}
+    text = snippets.python(odd, URL, api_key_required=False, adapter_sha256=SHA)
+    tree = ast.parse(text)
+    assert not any(isinstance(node, ast.Import) and node.names[0].name == "shutil"
+                   for node in tree.body)  # fmt: skip
+    assert text.splitlines()[0].startswith('# adapter "x\\nimport shutil')
+    curl = snippets.curl(odd, URL, api_key_required=False, adapter_sha256=SHA)
+    assert shlex.split(curl.replace("\\\n", " "), comments=True)[0] == "curl"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tritonbox_playground import display
-from tritonbox_playground.adapters import BASE, choices, note_text, pick, sent
+from tritonbox_playground.adapters import BASE, choices, note_text, pick, sent, sha256_of
 from tritonbox_playground.api_client import AdapterInfo, AdapterRef, PredictionView
 from tritonbox_playground.compare import (
     COLUMN_FIELDS,
@@ -104,3 +104,11 @@ def test_a_comparison_says_base_or_adapter_and_reopens_each_side() -> None:
 def test_the_recent_list_says_which_adapter_answered() -> None:
     assert display.recent_row(made("pirate"))[2] == "api · pirate"
     assert display.recent_row(made(None))[2] == "api"
+
+
+def test_a_snippet_takes_the_listed_hash_of_the_picked_adapter() -> None:
+    listed = [AdapterInfo(name="pirate", sha256=SHA), AdapterInfo(name="poet", sha256="")]
+    assert sha256_of(listed, "pirate") == SHA
+    for unknown in ("poet", "gone", None):  # no hash listed, not listed, the base model
+        assert sha256_of(listed, unknown) is None
+    assert sha256_of(None, "pirate") is None  # adapters off on this api

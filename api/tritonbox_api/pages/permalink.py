@@ -105,6 +105,7 @@ def render_permalink(
     """The page; `api_key_required` adds the Authorization header to the request snippets."""
     public_url, playground_url = public_url.rstrip("/"), playground_url.rstrip("/")
     request_input = _request_input(prediction)
+    sha = prediction.adapter_sha256
     given = prediction.input or {}
     applied = prediction.applied or {}
     prompt = given.get("prompt", applied.get("prompt"))
@@ -137,9 +138,16 @@ def render_permalink(
             metrics=metrics,
             playground_link=f"{playground_url}/?p={quote(prediction.id, safe='')}",
             api_link=f"{public_url}/v1/predictions/{quote(prediction.id, safe='')}",
-            curl=snippets.curl(request_input, public_url, api_key_required=api_key_required),
+            # The snippets name the adapter that produced this answer, by its hash too.
+            curl=snippets.curl(
+                request_input, public_url, api_key_required=api_key_required, adapter_sha256=sha
+            ),
             python=snippets.python(
-                request_input, public_url, api_key_required=api_key_required, stream=False
+                request_input,
+                public_url,
+                api_key_required=api_key_required,
+                stream=False,
+                adapter_sha256=sha,
             ),
         )
     )

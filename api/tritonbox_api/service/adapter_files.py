@@ -1,7 +1,9 @@
 """Where an adapter's files come from, and whether they fit the served base model.
 
 A source is a local PEFT folder or a Hugging Face repo id (`org/name`, `org/name@revision`),
-fetched with huggingface_hub into CACHE_DIR/hub like the base model. Blocking (disk, network):
+fetched with huggingface_hub into CACHE_DIR/hub like the base model. A repo id is recorded
+pinned to the commit it resolved to (`pinned`): a branch moves, and a later load (a restart, an
+evicted adapter) must read the files that were checked and hashed. Blocking (disk, network):
 the service calls these in a thread.
 """
 
@@ -19,6 +21,7 @@ from tritonbox_common.lora import AdapterError, PeftAdapter, llama_module_dims, 
 
 # Hugging Face's repo id form (org/name), optionally @revision.
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+(@[\w./-]+)?$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a git commit hash: a revision that never moves
 PEFT_FILES = ["adapter_config.json", "adapter_model.safetensors"]
 
 
@@ -44,6 +47,18 @@ def fetch(name: str, source: str, *, cache_dir: Path, token: str | None) -> Path
     except (HfHubHTTPError, OSError, ValueError) as error:
         raise AdapterError(f"adapter {name}: cannot fetch {source!r}: {error}") from None
     return Path(path)
+
+
+def pinned(source: str, folder: Path) -> str:
+    """`source` as the registry records it: a repo id at a branch or tag (or none: `main`)
+    becomes `org/name@<commit>`, the commit its files in `folder` came from (huggingface_hub
+    names a snapshot folder after it); a local folder or a commit is kept as it is."""
+    if Path(source).expanduser().is_dir() or not _REPO_ID.match(source):
+        return source
+    repo, _, revision = source.partition("@")
+    if _COMMIT.match(revision) or not _COMMIT.match(folder.name):
+        return source
+    return f"{repo}@{folder.name}"
 
 
 def read(name: str, folder: Path) -> PeftAdapter:

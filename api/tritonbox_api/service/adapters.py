@@ -87,7 +87,7 @@ class AdapterService:
             raise unavailable(f"the engine is not available yet: {error}") from None
         token = self._settings.hf_token.get_secret_value() if self._settings.hf_token else None
 
-        def load() -> PeftAdapter:
+        def load() -> tuple[PeftAdapter, str]:
             folder = adapter_files.fetch(
                 name, source, cache_dir=self._settings.cache_dir, token=token
             )
@@ -96,14 +96,14 @@ class AdapterService:
                 name, adapter, support=support,
                 model_dir=context.info.tokenizer_dir, model_name=context.model_name,
             )  # fmt: skip
-            return adapter
+            return adapter, adapter_files.pinned(source, folder)
 
         try:
-            adapter = await asyncio.to_thread(load)
+            adapter, recorded = await asyncio.to_thread(load)
         except AdapterError as error:  # not a malformed field: a well-formed adapter refused
             raise ApiError(400, str(error), param="source") from None
         row = Adapter(
-            name=name, source=source, base_model=adapter.base_model, rank=adapter.rank,
+            name=name, source=recorded, base_model=adapter.base_model, rank=adapter.rank,
             alpha=adapter.alpha, target_modules=list(adapter.target_modules),
             sha256=adapter.sha256, size_bytes=adapter.size_bytes,
         )  # fmt: skip
@@ -114,7 +114,7 @@ class AdapterService:
         except crud.AdapterExistsError:
             raise ApiError(409, f"adapter {name!r} is already registered", param="name") from None
         self._remember(adapter, support)
-        log.info("adapter %s registered from %s (rank %d)", name, source, adapter.rank)
+        log.info("adapter %s registered from %s (rank %d)", name, recorded, adapter.rank)
         return created
 
     async def get(self, name: str) -> Adapter | None:

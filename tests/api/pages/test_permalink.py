@@ -192,3 +192,18 @@ def test_python_snippet_spells_python_constants() -> None:
     source = _pre(_render(_prediction(applied=applied)), "python")
     assert "null" not in source and "true" not in source
     assert '"stop_words_list": []' in source and '"temperature": 0.0' in source
+
+
+def test_snippets_name_the_adapter_that_answered_by_its_hash() -> None:
+    sha = "3f2a9c1b7d4e" + "5" * 52
+    asked = {"prompt": "Tell me a joke", "adapter": "pirate", "seed": 3}
+    html = _render(
+        _prediction(input=asked, applied=asked, adapter_name="pirate", adapter_sha256=sha),
+        api_key_required=True,
+    )
+    for element_id in ("curl", "python"):
+        assert _pre(html, element_id).startswith("# adapter pirate sha256:3f2a9c1b7d4e\n")
+    ast.parse(_pre(html, "python"))
+    command = shlex.split(_pre(html, "curl").replace("\\\n", " "), comments=True)
+    assert json.loads(command[-1])["input"]["adapter"] == "pirate"
+    assert "# adapter" not in _pre(_render(_prediction()), "curl")  # the base model: no line

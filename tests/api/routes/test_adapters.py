@@ -204,6 +204,25 @@ def test_registry_survives_a_restart_and_a_cache_miss_is_resent_once(
     assert after.status_code == 201 and after.json()["output"] == first, after.text
     assert "not in the engine's cache; sending its weights" in running.log_path.read_text()
 
+    # An adapter registered only through the route is a row like the other: a restart with
+    # LORA_ADAPTERS unset still lists both, as models too, and serves the posted one.
+    posted = httpx.post(
+        f"{url}/v1/adapters", json={"name": "posted", "source": str(folders["all"])}, timeout=120
+    )
+    assert posted.status_code == 201, posted.text
+    posted_body = {"input": GREEDY | {"adapter": "posted"}}
+    answer = httpx.post(f"{url}/v1/predictions", json=posted_body, timeout=120).json()["output"]
     running.stop()
-    running.start()
-    assert adapters() == ["startup"]
+    running.start(lora_adapters="")
+    running.wait_ready()
+    assert adapters() == ["posted", "startup"]
+    models = {m["id"]: m for m in httpx.get(f"{url}/v1/models").json()["data"]}
+    assert models["posted"]["parent"] is not None and "startup" in models
+    served = httpx.post(f"{url}/v1/predictions", json=posted_body, timeout=120)
+    assert served.status_code == 201, served.text
+    assert served.json()["adapter"] == {"name": "posted", "sha256": posted.json()["sha256"]}
+    assert served.json()["output"] == answer
+
+    running.stop()
+    running.start()  # LORA_ADAPTERS again: its adapter is found in the database, not twice
+    assert adapters() == ["posted", "startup"]

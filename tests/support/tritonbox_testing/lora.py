@@ -3,6 +3,7 @@ transformers + peft greedy reference the engine must reproduce."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,20 @@ def make_adapter(model_dir: Path, folder: Path, seed: int, **options: Any) -> Pa
                 param.copy_(torch.randn_like(param) * 0.05)
     peft_model.save_pretrained(str(folder))
     return folder
+
+
+def hub_snapshot(cache_dir: Path, repo: str, adapter: Path, commit: str, ref: str = "main") -> Path:
+    """`adapter`'s files as commit `commit` of Hugging Face repo `repo` in CACHE_DIR/hub, laid
+    out as huggingface_hub's download leaves them, with branch or tag `ref` pointing at it (the
+    hub is not reachable from tests: in offline mode huggingface_hub answers from this)."""
+    storage = cache_dir / "hub" / f"models--{repo.replace('/', '--')}"
+    snapshot = storage / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy(adapter / name, snapshot / name)
+    (storage / "refs").mkdir(exist_ok=True)
+    (storage / "refs" / ref).write_text(commit)
+    return snapshot
 
 
 def reference_model(model_dir: Path, adapters: dict[str, Path]) -> Any:
