@@ -15,7 +15,7 @@ import gradio as gr
 
 from tritonbox_common import parameters as p
 from tritonbox_common.snippets import SHORT_SHA
-from tritonbox_playground.api_client import AdapterInfo, PredictionView
+from tritonbox_playground.api_client import AdapterInfo, ApiClient, PlaygroundError, PredictionView
 
 ADAPTER = p.ADAPTER.name
 # The picker's "no adapter" choice. Adapter names cannot contain a space
@@ -53,6 +53,18 @@ def pick(names: Sequence[str], preferred: Any) -> str | None:
 def sha256_of(adapters: Sequence[AdapterInfo] | None, name: str | None) -> str | None:
     """The sha256 the api lists for adapter `name` (None: the base model, or not listed)."""
     return next((a.sha256 or None for a in adapters or [] if name and a.name == name), None)
+
+
+async def listed_sha256(api: ApiClient, body: dict[str, Any]) -> str | None:
+    """The sha256 the api lists now for the adapter `body` asks for: asked when the snippet is
+    made, not when the page opened (the adapter may have been registered again since). None for
+    the base, or when the api cannot say: the snippet still runs, only without the hash."""
+    if not body.get(ADAPTER):
+        return None
+    try:
+        return sha256_of(await api.adapters(), body[ADAPTER])
+    except PlaygroundError:
+        return None
 
 
 def label(adapter: AdapterInfo) -> str:

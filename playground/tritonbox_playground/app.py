@@ -12,7 +12,7 @@ import gradio as gr
 
 from tritonbox_common import snippets
 from tritonbox_playground import display
-from tritonbox_playground.adapters import ADAPTER, sha256_of
+from tritonbox_playground.adapters import ADAPTER, listed_sha256
 from tritonbox_playground.adapters import restored as restored_adapter
 from tritonbox_playground.api_client import (
     ApiClient,
@@ -168,12 +168,7 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             except PlaygroundError as failure:
                 message = f"# {failure.message}"
                 return message, message, message
-            sha = None
-            # Asked now, not when the page opened (it may have been registered again since);
-            # when the api cannot say, the snippet still runs, only without the hash.
-            with contextlib.suppress(PlaygroundError):
-                if body.get(ADAPTER):
-                    sha = sha256_of(await api.adapters(), body[ADAPTER])
+            sha = await listed_sha256(api, body)
             return (
                 snippets.curl(body, api_url, api_key_required=key_required, adapter_sha256=sha),
                 snippets.python(body, api_url, api_key_required=key_required, adapter_sha256=sha),
