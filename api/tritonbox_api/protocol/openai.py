@@ -2,7 +2,7 @@
 
 Options the engine cannot honour (n > 1, logprobs, echo, ...) are refused with a message rather
 than ignored. TritonBox's extra sampling options (top_k, repetition_penalty, min_tokens,
-bad_words) are accepted as the SDK's `extra_body`, as vLLM does.
+bad_words) and vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class _OpenAIRequest(BaseModel):
     repetition_penalty: float = p.REPETITION_PENALTY.field()
     min_tokens: int = p.MIN_TOKENS.field()
     bad_words: p.WordList | None = Field(default=None, description=p.BAD_WORDS.hint)
+    ignore_eos: bool = p.IGNORE_EOS.field()  # vLLM's name and meaning
 
     def _generation(self, **prompt: Any) -> GenerationInput:
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
@@ -50,6 +51,7 @@ class _OpenAIRequest(BaseModel):
             max_tokens=self.max_tokens,
             stop_words_list=stop,
             bad_words_list=self.bad_words,
+            ignore_eos=self.ignore_eos,
         )
 
 

@@ -151,6 +151,11 @@ async def prepare(
     token_ids = context.token_ids
     sampling |= {"end_id": token_ids.end_id, "pad_id": token_ids.pad_id}
     extra_ends = [[end] for end in token_ids.extra_end_ids]
+    if params.ignore_eos:
+        # TensorRT-LLM's own `ignore_eos` (tensorrt_llm/executor/worker.py): end_id -1, an id no
+        # token has, so nothing ends the answer but max_tokens and the client's stop words; the
+        # model's other end ids are no stop words either.
+        sampling["end_id"], extra_ends = -1, []
     request = GenerationRequest(
         model=ENGINE_MODEL,
         input_ids=ids,

@@ -122,7 +122,8 @@ def sampling_params(
     seed = int(seed_value) if seed_value is not None else secrets.randbits(63)
     return SamplingParams(
         max_tokens=max_tokens,
-        end_id=int(_number(tensors, "end_id", default_end_id, low=0)),
+        # -1: no end id (TensorRT-LLM's meaning; its `ignore_eos` sends it): no token ends it.
+        end_id=int(_number(tensors, "end_id", default_end_id, low=-1)),
         pad_id=int(_number(tensors, "pad_id", default_pad_id, low=0)),
         temperature=_number(tensors, "temperature", 1.0, low=0.0, high=100.0),
         top_k=int(_number(tensors, "runtime_top_k", 0, low=0)),

@@ -81,7 +81,7 @@ def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
     """Pick the next token for one sequence; `logits` is its float32 row (modified in place)."""
     params = state.params
     _apply_penalties(logits, state)
-    if len(state.generated) < params.min_tokens:
+    if len(state.generated) < params.min_tokens and params.end_id >= 0:
         logits[params.end_id] = float("-inf")
     context = state.context()
     for token in state.words.banned_tokens(context):
