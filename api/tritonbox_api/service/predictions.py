@@ -34,7 +34,7 @@ from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.text.decoder import IncrementalDecoder
 from tritonbox_api.text.stop_words import StopStringMatcher
 from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
-from tritonbox_common.client import Chunk, TritonRequestError
+from tritonbox_common.client import Chunk, TopLogprobs, TritonRequestError
 
 __all__ = ["Ended", "Event", "PredictionService", "RunningPrediction"]
 
@@ -79,6 +79,16 @@ class _Outcome:
     status: Status = Status.SUCCEEDED
     error: str | None = None
     retryable: bool = False
+
+
+def _add_logprobs(running: RunningPrediction, chunk: Chunk) -> None:
+    """The chunk's token log-probs, kept for the route; before the chunk's text is emitted."""
+    values = chunk.log_probs()
+    if len(values) != len(chunk.ids):
+        raise TritonRequestError(f"the engine sent {len(values)} log-probs for {len(chunk.ids)}"
+                                 " tokens (is `output_log_probs` among its outputs?)")  # fmt: skip
+    tops: list[TopLogprobs | None] = list(chunk.top_log_probs()) or [None] * len(chunk.ids)
+    running.logprobs += zip(chunk.ids, values, tops, strict=True)
 
 
 class PredictionService:
@@ -252,6 +262,8 @@ class PredictionService:
                 if progress.time_to_first_token_s is None:
                     progress.time_to_first_token_s = time.perf_counter() - started
                 progress.completion_tokens += len(chunk.ids)
+                if prepared.logprobs is not None:
+                    _add_logprobs(running, chunk)
                 emit(matcher.push(decoder.push(chunk.ids)))
                 if matcher.stopped:
                     # The api's exact-text match is the one rule for stop words: the producer

@@ -63,6 +63,8 @@ async def begin(
     stream: bool,
     on_start: Callable[[RunningPrediction], None] = lambda running: None,
     max_tokens_given: bool | None = None,
+    logprobs: int | None = None,
+    logprobs_field: str = "logprobs",
 ) -> Started:
     """Start a prediction; `on_start` sees it before its first event is awaited."""
     try:
@@ -77,6 +79,8 @@ async def begin(
         max_beam_width=max_beam_width,
         stream=stream,
         max_tokens_given=max_tokens_given,
+        logprobs=logprobs,
+        logprobs_field=logprobs_field,
     )
     if adapter is not None:
         prepared = prepared.with_adapter(adapter)

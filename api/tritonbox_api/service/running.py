@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from tritonbox_api.db.models import Prediction
 from tritonbox_api.service.prepare import PreparedGeneration
+from tritonbox_common.client import TopLogprobs
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,8 @@ class Ended:
 
 
 Event = str | Ended  # a piece of output text, or the end
+# One generated token's id, log-prob and (when asked for) its most likely alternatives.
+TokenLogprob = tuple[int, float, TopLogprobs | None]
 
 
 class EventQueue:
@@ -79,6 +82,8 @@ class RunningPrediction:
     producer: asyncio.Task[None] | None = None
     cancel_reason: str | None = None
     ended: Ended | None = None
+    # With `prepared.logprobs`: one entry per generated token, appended before its text is.
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
     def cancel(self, reason: str) -> None:
         """Ask the prediction to stop; idempotent, from any task, before or after it started."""

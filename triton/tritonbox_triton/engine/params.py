@@ -15,6 +15,9 @@ import numpy as np
 
 from tritonbox_common.errors import RequestError
 
+# The most top log-probs per token `num_top_logprobs` may ask for (OpenAI's top_logprobs limit).
+MAX_TOP = 20
+
 
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
@@ -39,6 +42,7 @@ class SamplingParams:
     streaming: bool = False
     exclude_input_in_output: bool = True
     return_log_probs: bool = False
+    num_top_logprobs: int = 0  # a TritonBox extension: top alternatives per token (≤ MAX_TOP)
 
     @property
     def greedy(self) -> bool:
@@ -136,4 +140,5 @@ def sampling_params(
         streaming=_flag(tensors, "streaming", False),
         exclude_input_in_output=_flag(tensors, "exclude_input_in_output", exclude_input_default),
         return_log_probs=_flag(tensors, "return_log_probs", False),
+        num_top_logprobs=int(_number(tensors, "num_top_logprobs", 0, low=0, high=MAX_TOP)),
     )
