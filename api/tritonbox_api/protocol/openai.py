@@ -1,10 +1,11 @@
 """OpenAI-compatible request and response models (the subset this engine can honour).
 
-Options the engine cannot honour are refused with a message rather than ignored: `n` > 1,
-`best_of` > 1, `suffix` (422, by validation), `echo` (400: no prompt log-probs from the
-engine), and top log-probs (`top_logprobs` or completions' `logprobs` above 0) on an engine
-without them (400; TensorRT-LLM 0.20 returns the chosen token's log-prob only).
-`logprobs` and `top_logprobs` (chat) and `logprobs` 0-5 (completions) are honoured.
+Options the engine cannot honour are refused with a message rather than ignored: `n` above
+MAX_CHOICES, `best_of` > 1, `suffix` (422, by validation), `echo` (400: no prompt log-probs from
+the engine), log-probs with `n` > 1 (400), and top log-probs (`top_logprobs` or completions'
+`logprobs` above 0) on an engine without them (400; TensorRT-LLM 0.20 returns the chosen
+token's log-prob only). `n` up to MAX_CHOICES, `logprobs` and `top_logprobs` (chat) and
+`logprobs` 0-5 (completions) are honoured.
 TritonBox's extra sampling options (top_k, repetition_penalty, min_tokens, bad_words) and
 vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does.
 """
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tritonbox_api.protocol.generation import MAX_MESSAGES, ChatMessage, GenerationInput
 from tritonbox_common import parameters as p
 
+MAX_CHOICES = 8  # `n`: choices per request, each an engine request of its own
 MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI's
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
 
@@ -39,7 +41,13 @@ class _OpenAIRequest(BaseModel):
     stop: p.Word | p.WordList | None = Field(default=None, description=p.STOP_WORDS.hint)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: Literal[1] = Field(default=1, description="Only one answer per request.")
+    n: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_CHOICES,
+        description="How many answers (choices); each is its own engine request, seeded "
+        "seed + index when a seed is given.",
+    )
     user: str | None = Field(default=None, max_length=256)
     # TritonBox extras (extra_body in the openai SDK).
     top_k: int = p.TOP_K.field()

@@ -63,6 +63,7 @@ async def start(
     max_tokens_given: bool | None = None,
     logprobs: int | None = None,
     logprobs_field: str = "logprobs",
+    n: int = 1,
 ) -> Started:
     """Begin a prediction that is cancelled as soon as its client disconnects."""
     watcher = DisconnectWatcher(request.receive)
@@ -80,6 +81,7 @@ async def start(
             max_tokens_given=max_tokens_given,
             logprobs=logprobs,
             logprobs_field=logprobs_field,
+            n=n,
         )
     except BaseException:
         watcher.close()

@@ -24,6 +24,7 @@ from tritonbox_api.routes.openai_shape import Shape, error_body, usage
 from tritonbox_api.routes.sse import EventStream, frame
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
+from tritonbox_api.service.running import ChoiceText
 from tritonbox_api.triton_gateway import TritonUnavailableError
 
 router = APIRouter(prefix="/v1", tags=["openai"], dependencies=Guarded)
@@ -34,7 +35,14 @@ async def _sse(
 ) -> AsyncIterator[bytes]:
     first = True
     given = 0  # how many tokens' log-probs the chunks so far carried
+    started_choices: set[int] = set()  # the other choices that sent a chunk (`n` > 1)
     async for event in started.events():
+        if isinstance(event, ChoiceText):
+            new = event.index not in started_choices
+            started_choices.add(event.index)
+            chunk = shape.delta(event.text, first=new, index=event.index)
+            yield frame(json.dumps(chunk, ensure_ascii=False))
+            continue
         if not isinstance(event, Ended):
             if logprobs is None:
                 yield shape.delta_event(event, first=first)
@@ -52,7 +60,8 @@ async def _sse(
             if logprobs is not None and rest:  # tokens whose text never came (a stop word)
                 chunk = shape.delta("", first=first, logprobs=logprobs.part(rest))
                 yield frame(json.dumps(chunk, ensure_ascii=False))
-            yield frame(json.dumps(shape.last(prediction)))
+            for closing in shape.last(prediction):
+                yield frame(json.dumps(closing))
             if include_usage:
                 yield frame(json.dumps({**shape.envelope({}, True), "choices": [],
                                         "usage": usage(prediction)}))  # fmt: skip
@@ -77,6 +86,8 @@ async def _complete(
         top, top_field = body.top_logprobs_asked()
     except ValueError as error:
         raise ApiError(400, str(error), param=str(error).split(":")[0]) from None
+    if top is not None and body.n > 1:
+        raise ApiError(400, f"n: log-probs come with one choice only; got n={body.n}", param="n")
     if adapter is not None:
         params = params.model_copy(update={"adapter": adapter})
     sent = body.model_dump(mode="json", exclude_unset=True)
@@ -93,6 +104,7 @@ async def _complete(
         max_tokens_given=given,
         logprobs=top,
         logprobs_field=top_field,
+        n=body.n,
     )
     shape = Shape(chat, started)
     logprobs = None

@@ -12,12 +12,23 @@ from tritonbox_api.routes.sse import frame_parts
 from tritonbox_api.service.runner import Started
 
 
-def finish_reason(prediction: Prediction) -> str | None:
-    if prediction.finish_reason is FinishReason.LENGTH:
+def _reason(reason: FinishReason | str | None) -> str | None:
+    if reason == FinishReason.LENGTH:
         return "length"
-    if prediction.finish_reason in (FinishReason.STOP, FinishReason.STOP_WORD):
+    if reason in (FinishReason.STOP, FinishReason.STOP_WORD):
         return "stop"
     return None
+
+
+def finish_reason(prediction: Prediction) -> str | None:
+    return _reason(prediction.finish_reason)
+
+
+def choices(prediction: Prediction) -> list[tuple[int, str, str | None]]:
+    """Each choice's index, output and OpenAI finish reason (one unless `n` > 1)."""
+    if not prediction.choices:
+        return [(0, prediction.output, finish_reason(prediction))]
+    return [(c["index"], c["output"], _reason(c["finish_reason"])) for c in prediction.choices]
 
 
 def usage(prediction: Prediction) -> dict[str, int]:
@@ -61,15 +72,16 @@ class Shape:
         }
 
     def delta(
-        self, text: str, *, first: bool, logprobs: dict[str, Any] | None = None
+        self, text: str, *, first: bool, logprobs: dict[str, Any] | None = None, index: int = 0
     ) -> dict[str, Any]:
-        """A chunk with `text`; `logprobs`: its tokens' (only when the client asked)."""
+        """A chunk with `text` of choice `index`; `logprobs`: its tokens' (when asked for)."""
         extra = {} if logprobs is None else {"logprobs": logprobs}
         if not self.chat:
-            choice = {"index": 0, "text": text, **extra, "finish_reason": None}
+            choice = {"index": index, "text": text, **extra, "finish_reason": None}
             return self.envelope(choice, True)
         delta = {"role": "assistant", "content": text} if first else {"content": text}
-        return self.envelope({"index": 0, "delta": delta, **extra, "finish_reason": None}, True)
+        choice = {"index": index, "delta": delta, **extra, "finish_reason": None}
+        return self.envelope(choice, True)
 
     def delta_json(self, text: str, *, first: bool) -> str:
         """`json.dumps(self.delta(text, first=first), ensure_ascii=False)`, cheaper."""
@@ -88,30 +100,26 @@ class Shape:
         before, _, after = encoded.rpartition(json.dumps(_SLOT))
         return before, after
 
-    def last(self, prediction: Prediction) -> dict[str, Any]:
-        reason = finish_reason(prediction)
-        if self.chat:
-            choice = {"index": 0, "delta": {}, "finish_reason": reason}
-        else:
-            choice = {"index": 0, "text": "", "finish_reason": reason}
-        return self.envelope(choice, True)
+    def last(self, prediction: Prediction) -> list[dict[str, Any]]:
+        """The closing chunk of each choice, with its finish reason."""
+        closing = []
+        for index, _, reason in choices(prediction):
+            if self.chat:
+                choice = {"index": index, "delta": {}, "finish_reason": reason}
+            else:
+                choice = {"index": index, "text": "", "finish_reason": reason}
+            closing.append(self.envelope(choice, True))
+        return closing
 
     def whole(
         self, prediction: Prediction, logprobs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        if self.chat:
-            message = {"role": "assistant", "content": prediction.output}
-            choice = {
-                "index": 0,
-                "message": message,
-                "logprobs": logprobs,
-                "finish_reason": finish_reason(prediction),
-            }
-        else:
-            choice = {
-                "index": 0,
-                "text": prediction.output,
-                "finish_reason": finish_reason(prediction),
-                "logprobs": logprobs,
-            }
-        return {**self.envelope(choice, False), "usage": usage(prediction)}
+        every = []
+        for index, output, reason in choices(prediction):
+            if self.chat:
+                message = {"role": "assistant", "content": output}
+                choice = {"index": index, "message": message}
+            else:
+                choice = {"index": index, "text": output}
+            every.append({**choice, "logprobs": logprobs, "finish_reason": reason})
+        return {**self.envelope(every[0], False), "choices": every, "usage": usage(prediction)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,6 +42,18 @@ class PreparedGeneration:
 
     def with_adapter(self, adapter: AdapterSelection) -> PreparedGeneration:
         return replace(self, request=replace(self.request, lora=adapter.lora), adapter=adapter)
+
+    def choice(self, index: int) -> PreparedGeneration:
+        """The same request as choice `index` of several (OpenAI's `n`): an engine request of
+        its own, seeded `seed + index` (mod 2**63), so a seeded request repeats all its choices
+        and choice 0 is what the request alone would answer."""
+        seed = (int(self.request.sampling["seed"]) + index) % 2**63
+        request = replace(
+            self.request,
+            request_id=uuid.uuid4().hex,
+            sampling={**self.request.sampling, "seed": seed},
+        )
+        return replace(self, request=request)
 
 
 def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:

@@ -65,6 +65,7 @@ async def begin(
     max_tokens_given: bool | None = None,
     logprobs: int | None = None,
     logprobs_field: str = "logprobs",
+    n: int = 1,
 ) -> Started:
     """Start a prediction; `on_start` sees it before its first event is awaited."""
     try:
@@ -85,7 +86,12 @@ async def begin(
     if adapter is not None:
         prepared = prepared.with_adapter(adapter)
     running = predictions.start(
-        prepared, tokenizer=context.tokenizer, source=source, model=context.model_name, sent=sent
+        prepared,
+        tokenizer=context.tokenizer,
+        source=source,
+        model=context.model_name,
+        sent=sent,
+        extra=[prepared.choice(index) for index in range(1, n)],
     )
     rest = running.events()
     try:

@@ -28,7 +28,15 @@ class Ended:
     retryable: bool = False  # failed because Triton was down or restarting
 
 
-Event = str | Ended  # a piece of output text, or the end
+@dataclass(frozen=True, slots=True)
+class ChoiceText:
+    """A piece of another choice's text (OpenAI's `n` > 1); the first choice's is a plain str."""
+
+    index: int
+    text: str
+
+
+Event = str | ChoiceText | Ended  # a piece of output text, or the end
 # One generated token's id, log-prob and (when asked for) its most likely alternatives.
 TokenLogprob = tuple[int, float, TopLogprobs | None]
 
@@ -58,6 +66,10 @@ class EventQueue:
     def get_nowait(self) -> Event:
         return self._events.popleft()
 
+    def unget(self, event: Event) -> None:
+        """Put `event` back first in line (taken by the coalescer, which cannot join it)."""
+        self._events.appendleft(event)
+
     async def get(self) -> Event:
         while not self._events:
             if self._waiter is not None:
@@ -76,6 +88,8 @@ class EventQueue:
 class RunningPrediction:
     id: str
     prepared: PreparedGeneration
+    # The other choices (OpenAI's `n` > 1): the same request with their own seeds and ids.
+    extra: list[PreparedGeneration] = field(default_factory=list)
     queue: EventQueue = field(default_factory=EventQueue)
     # Set by the producer: the engine stream, the one thing a cancellation may interrupt.
     generation: asyncio.Task[None] | None = None
@@ -144,6 +158,9 @@ class RunningPrediction:
             event = self.queue.get_nowait()
             if isinstance(event, Ended):
                 return "".join(pieces), event
+            if isinstance(event, ChoiceText):  # another choice's: not joined, left for next
+                self.queue.unget(event)
+                return "".join(pieces), None
             pieces.append(event)
         return "".join(pieces), None
 
