@@ -38,9 +38,6 @@ class TritonRequestError(RuntimeError):
     """Triton answered this request with an error (bad input, engine failure, ...)."""
 
 
-TopLogprobs = tuple[list[int], list[float]]  # one token's best alternatives: ids, log-probs
-
-
 @dataclass(frozen=True)
 class Chunk:
     """One response: the new token ids (all of them when not streaming) and their text."""
@@ -48,29 +45,6 @@ class Chunk:
     ids: list[int]
     final: bool
     result: InferResult | None = field(default=None, repr=False, compare=False)
-
-    def log_probs(self) -> list[float]:
-        """The log-prob of each of `ids` (`output_log_probs`; asked for by `return_log_probs`)."""
-        values = self.result.as_numpy("output_log_probs") if self.result is not None else None
-        if values is None or not self.ids:
-            return []
-        # The last ones: a response carries the new tokens' (a GPU engine may send them all).
-        return [float(v) for v in np.asarray(values).reshape(-1)[-len(self.ids) :]]
-
-    def top_log_probs(self) -> list[TopLogprobs]:
-        """Per token of `ids`, the engine's most likely alternatives (`num_top_logprobs`)."""
-        result = self.result
-        ids = result.as_numpy("top_token_ids") if result is not None else None
-        values = result.as_numpy("top_log_probs") if result is not None else None
-        if ids is None or values is None or not self.ids:
-            return []
-        count = ids.shape[-1]
-        ids, values = ids.reshape(-1, count)[-len(self.ids) :], values.reshape(-1, count)
-        values = values[-len(self.ids) :]
-        return [
-            ([int(i) for i in row], [float(v) for v in lps])
-            for row, lps in zip(ids, values, strict=True)
-        ]
 
     @functools.cached_property
     def text(self) -> str:

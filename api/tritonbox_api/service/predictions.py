@@ -38,7 +38,8 @@ from tritonbox_api.service.running import ChoiceText, Ended, Event, RunningPredi
 from tritonbox_api.text.decoder import IncrementalDecoder
 from tritonbox_api.text.stop_words import StopStringMatcher
 from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
-from tritonbox_common.client import Chunk, TopLogprobs, TritonRequestError
+from tritonbox_common.client import Chunk, TritonRequestError
+from tritonbox_common.log_probs import TopLogprobs, token_log_probs, top_log_probs
 
 __all__ = ["Ended", "Event", "PredictionService", "RunningPrediction"]
 
@@ -88,11 +89,12 @@ class _Outcome:
 
 def _add_logprobs(running: RunningPrediction, chunk: Chunk) -> None:
     """The chunk's token log-probs, kept for the route; before the chunk's text is emitted."""
-    values = chunk.log_probs()
+    values = token_log_probs(chunk.result, len(chunk.ids))
     if len(values) != len(chunk.ids):
         raise TritonRequestError(f"the engine sent {len(values)} log-probs for {len(chunk.ids)}"
                                  " tokens (is `output_log_probs` among its outputs?)")  # fmt: skip
-    tops: list[TopLogprobs | None] = list(chunk.top_log_probs()) or [None] * len(chunk.ids)
+    tops: list[TopLogprobs | None] = [*top_log_probs(chunk.result, len(chunk.ids))]
+    tops = tops or [None] * len(chunk.ids)
     running.logprobs += zip(chunk.ids, values, tops, strict=True)
 
 

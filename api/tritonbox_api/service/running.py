@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from tritonbox_api.db.models import Prediction
 from tritonbox_api.service.prepare import PreparedGeneration
-from tritonbox_common.client import TopLogprobs
+from tritonbox_common.log_probs import TopLogprobs
 
 log = logging.getLogger(__name__)
 
