@@ -33,6 +33,9 @@ class EngineInfo:
     tokenizer_dir: Path
     max_input_len: int
     max_output_len: int
+    # The engine returns top log-probs (the cpu engine's `num_top_logprobs` input); TensorRT-LLM
+    # 0.20 returns only the sampled token's.
+    top_logprobs: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,13 +91,18 @@ class TritonGateway:
             config = await self._raw.get_model_config(
                 "preprocessing", as_json=True, client_timeout=self.timeout_s
             )
+            engine = await self._raw.get_model_config(
+                ENGINE_MODEL, as_json=True, client_timeout=self.timeout_s
+            )
         except Exception as error:
             raise TritonUnavailableError(f"cannot read Triton's model config: {error}") from None
         params = config_parameters(config["config"])
+        inputs = {tensor["name"] for tensor in engine["config"].get("input", [])}
         return EngineInfo(
             tokenizer_dir=Path(text_parameter(params, "tokenizer_dir")),
             max_input_len=int_parameter(params, "max_input_len"),
             max_output_len=int_parameter(params, "max_output_len"),
+            top_logprobs="num_top_logprobs" in inputs,
         )
 
     async def lora_support(self) -> LoraSupport:

@@ -75,10 +75,15 @@ _NATIVE_INT32 = sys.byteorder == "little" and struct.calcsize("i") == 4
 
 
 def requested_outputs(request: GenerationRequest, with_text: bool) -> list[InferRequestedOutput]:
-    """The outputs a stream asks Triton for; none named (every output) with text."""
+    """The outputs a stream asks Triton for; none named (every output) with text. Log-probs
+    only when the request asks the engine for them."""
     if with_text:
         return []
     names = IDS_OUTPUTS if request.input_ids is not None else ENSEMBLE_IDS_OUTPUTS
+    if request.sampling.get("return_log_probs"):
+        names = (*names, "output_log_probs")
+    if request.sampling.get("num_top_logprobs"):
+        names = (*names, "top_token_ids", "top_log_probs")
     return [InferRequestedOutput(name) for name in names]
 
 

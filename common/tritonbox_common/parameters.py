@@ -128,6 +128,11 @@ BEAM_WIDTH = Parameter(
     le=64,
     engine_limit="MAX_BEAM_WIDTH",
 )
+IGNORE_EOS = Parameter(
+    "ignore_eos",
+    False,
+    "Keep writing past the model's end of answer, up to max_tokens (stop words still end it).",
+)
 STOP_WORDS = Parameter(
     "stop_words_list",
     None,
@@ -162,7 +167,11 @@ SAMPLING_PARAMETERS = (
     MIN_TOKENS,
     SEED,
 )
-ALL_PARAMETERS = (MAX_TOKENS, *SAMPLING_PARAMETERS, BEAM_WIDTH, STOP_WORDS, BAD_WORDS)
+# ignore_eos is no engine input of its own: it sets the engine's `end_id` to -1 (no end id),
+# as TensorRT-LLM's own `ignore_eos` does (tensorrt_llm/executor/worker.py).
+ALL_PARAMETERS = (
+    MAX_TOKENS, *SAMPLING_PARAMETERS, BEAM_WIDTH, IGNORE_EOS, STOP_WORDS, BAD_WORDS
+)  # fmt: skip
 
 Word = Annotated[str, StringConstraints(min_length=1, max_length=MAX_WORD_CHARS)]
 WordList = Annotated[list[Word], Field(max_length=MAX_WORDS)]

@@ -26,6 +26,7 @@ SCALAR_INPUTS: dict[str, str] = {
     "frequency_penalty": "FP32",
     "seed": "UINT64",
     "return_log_probs": "BOOL",
+    "num_top_logprobs": "INT32",  # the cpu engine's extension (docs/api.md); not the ensemble's
     "beam_width": "INT32",
     "exclude_input_in_output": "BOOL",
 }

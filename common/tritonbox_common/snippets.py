@@ -32,6 +32,7 @@ _OPENAI_EXTRAS = {
     "repetition_penalty": "repetition_penalty",
     "min_tokens": "min_tokens",
     "bad_words_list": "bad_words",
+    "ignore_eos": "ignore_eos",
 }
 
 

@@ -95,6 +95,7 @@ def complete_prediction(
     time_to_first_token_s: float | None,
     total_time_s: float,
     stop_word: str | None = None,
+    choices: list[dict[str, Any]] | None = None,
 ) -> Prediction:
     """Record how a prediction ended, with its derived metrics.
 
@@ -117,6 +118,7 @@ def complete_prediction(
             output=output,
             finish_reason=finish_reason,
             stop_word=stop_word,
+            choices=choices,
             error=error,
             completion_tokens=completion_tokens,
             time_to_first_token_s=time_to_first_token_s,

@@ -85,6 +85,9 @@ class Prediction(SQLModel, table=True):
     # The LoRA adapter that answered (Adapter.name and the sha256 of its files); None: the base.
     adapter_name: str | None = Field(default=None, max_length=64)
     adapter_sha256: str | None = Field(default=None, max_length=64)
+    # With several choices (`n` > 1): each one's {index, output, finish_reason, stop_word,
+    # completion_tokens}; `output` and the rest above are the first's, completion_tokens the sum.
+    choices: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class Adapter(SQLModel, table=True):

@@ -39,6 +39,7 @@ class GenerationInput(BaseModel):
     min_tokens: int = p.MIN_TOKENS.field()
     seed: int | None = p.SEED.field()
     beam_width: int = p.BEAM_WIDTH.field()
+    ignore_eos: bool = p.IGNORE_EOS.field()
     stop_words_list: p.WordList | None = p.STOP_WORDS.field()
     bad_words_list: p.WordList | None = p.BAD_WORDS.field()
     adapter: p.AdapterName | None = p.ADAPTER.field()

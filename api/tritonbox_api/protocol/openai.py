@@ -1,8 +1,13 @@
 """OpenAI-compatible request and response models (the subset this engine can honour).
 
-Options the engine cannot honour (n > 1, logprobs, echo, ...) are refused with a message rather
-than ignored. TritonBox's extra sampling options (top_k, repetition_penalty, min_tokens,
-bad_words) are accepted as the SDK's `extra_body`, as vLLM does.
+Options the engine cannot honour are refused with a message rather than ignored: `n` above
+MAX_CHOICES, `best_of` > 1, `suffix` (422, by validation), `echo` (400: no prompt log-probs from
+the engine), log-probs with `n` > 1 (400), and top log-probs (`top_logprobs` or completions'
+`logprobs` above 0) on an engine without them (400; TensorRT-LLM 0.20 returns the chosen
+token's log-prob only). `n` up to MAX_CHOICES, `logprobs` and `top_logprobs` (chat) and
+`logprobs` 0-5 (completions) are honoured.
+TritonBox's extra sampling options (top_k, repetition_penalty, min_tokens, bad_words) and
+vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does.
 """
 
 from __future__ import annotations
@@ -13,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tritonbox_api.protocol.generation import MAX_MESSAGES, ChatMessage, GenerationInput
 from tritonbox_common import parameters as p
+
+MAX_CHOICES = 8  # `n`: choices per request, each an engine request of its own
+MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI's
+MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
 
 
 class StreamOptions(BaseModel):
@@ -32,13 +41,20 @@ class _OpenAIRequest(BaseModel):
     stop: p.Word | p.WordList | None = Field(default=None, description=p.STOP_WORDS.hint)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: Literal[1] = Field(default=1, description="Only one answer per request.")
+    n: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_CHOICES,
+        description="How many answers (choices); each is its own engine request, seeded "
+        "seed + index when a seed is given.",
+    )
     user: str | None = Field(default=None, max_length=256)
     # TritonBox extras (extra_body in the openai SDK).
     top_k: int = p.TOP_K.field()
     repetition_penalty: float = p.REPETITION_PENALTY.field()
     min_tokens: int = p.MIN_TOKENS.field()
     bad_words: p.WordList | None = Field(default=None, description=p.BAD_WORDS.hint)
+    ignore_eos: bool = p.IGNORE_EOS.field()  # vLLM's name and meaning
 
     def _generation(self, **prompt: Any) -> GenerationInput:
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
@@ -50,13 +66,21 @@ class _OpenAIRequest(BaseModel):
             max_tokens=self.max_tokens,
             stop_words_list=stop,
             bad_words_list=self.bad_words,
+            ignore_eos=self.ignore_eos,
         )
 
 
 class CompletionRequest(_OpenAIRequest):
     prompt: p.Prompt | list[p.Prompt] = Field(description="The text to continue (one prompt).")
-    echo: Literal[False] = False
-    logprobs: None = None
+    # Refused with 400 by the route when true: prompt log-probs need every prompt position's
+    # logits from the engine's prefill (docs/api.md).
+    echo: bool = False
+    logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_COMPLETION_LOGPROBS,
+        description="Return each token's log-prob and this many most likely alternatives.",
+    )
     best_of: Literal[1] | None = None
     suffix: None = None
 
@@ -66,6 +90,15 @@ class CompletionRequest(_OpenAIRequest):
                 raise ValueError("prompt: give one prompt per request")
             return self._generation(prompt=self.prompt[0])
         return self._generation(prompt=self.prompt)
+
+    def top_logprobs_asked(self) -> tuple[int | None, str]:
+        """None without log-probs, else how many alternatives; and the field that said so."""
+        if self.echo:
+            raise ValueError(
+                "echo: not supported: the prompt's log-probs would need the logits of every "
+                "prompt position from the engine's prefill, which it does not return"
+            )
+        return self.logprobs, "logprobs"
 
 
 class TextPart(BaseModel):
@@ -91,13 +124,27 @@ class OpenAIChatMessage(BaseModel):
 class ChatCompletionRequest(_OpenAIRequest):
     messages: list[OpenAIChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    logprobs: Literal[False] | None = None
+    logprobs: bool | None = Field(default=None, description="Return each token's log-prob.")
+    top_logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TOP_LOGPROBS,
+        description="With logprobs: this many most likely alternatives of each token.",
+    )
 
     def generation(self) -> GenerationInput:
         generation = self._generation(messages=[m.plain() for m in self.messages])
         if self.max_completion_tokens is not None:
             generation.max_tokens = self.max_completion_tokens
         return generation
+
+    def top_logprobs_asked(self) -> tuple[int | None, str]:
+        """None without log-probs, else how many alternatives; and the field that said so."""
+        if not self.logprobs:
+            if self.top_logprobs:
+                raise ValueError("top_logprobs: needs logprobs set to true")
+            return None, "top_logprobs"
+        return self.top_logprobs or 0, "top_logprobs"
 
 
 class Usage(BaseModel):

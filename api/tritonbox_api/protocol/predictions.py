@@ -66,6 +66,12 @@ class PredictionOut(BaseModel):
         description="The LoRA adapter that answered; null: the base model."
     )
     metrics: PredictionMetrics
+    choices: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="With several choices (OpenAI's `n` > 1): each one's index, output, "
+        "finish_reason, stop_word and completion_tokens; `output` is the first's and "
+        "`metrics.completion_tokens` the sum. Null for one choice.",
+    )
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
@@ -118,6 +124,7 @@ def prediction_out(row: Prediction, *, public_url: str, playground_url: str) -> 
             total_time_s=row.total_time_s,
             tokens_per_second=row.tokens_per_second,
         ),
+        choices=row.choices,
         created_at=created,
         started_at=_utc(row.started_at),
         completed_at=_utc(row.completed_at),

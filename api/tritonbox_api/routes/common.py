@@ -61,6 +61,9 @@ async def start(
     sent: dict[str, Any],
     stream: bool,
     max_tokens_given: bool | None = None,
+    logprobs: int | None = None,
+    logprobs_field: str = "logprobs",
+    n: int = 1,
 ) -> Started:
     """Begin a prediction that is cancelled as soon as its client disconnects."""
     watcher = DisconnectWatcher(request.receive)
@@ -76,6 +79,9 @@ async def start(
             stream=stream,
             on_start=watcher.attach,
             max_tokens_given=max_tokens_given,
+            logprobs=logprobs,
+            logprobs_field=logprobs_field,
+            n=n,
         )
     except BaseException:
         watcher.close()

@@ -23,7 +23,7 @@ async def _text(started: Started) -> AsyncIterator[str]:
             if event.prediction.status is Status.FAILED:
                 # Plain text has no error channel: the failure ends the text, visibly.
                 yield f"\n\n[error: {event.prediction.error}]"
-        else:
+        elif isinstance(event, str):  # one choice here: never another choice's text
             yield event
 
 

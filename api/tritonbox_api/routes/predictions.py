@@ -45,7 +45,7 @@ async def _sse(services: Services, started: Started) -> AsyncIterator[bytes]:
             if final.status is Status.FAILED:
                 yield frame(json.dumps({"detail": final.error}), "error")
             yield frame(final.model_dump_json(), "done")
-        else:
+        elif isinstance(event, str):  # one choice here: never another choice's text
             yield frame(event, "output")
 
 

@@ -6,6 +6,10 @@ engine, a stop word, `cancel` from a route, a disconnect, shutdown, an error), r
 once and to its end: the engine's `stop` with a deadline, the row's completion, the concurrency
 slot and the in-flight gauge. Nobody else cancels or completes a prediction.
 
+A prediction of several choices (OpenAI's `n`) runs one engine stream per choice side by side in
+that same child task; the clean-up stops each choice's engine request, and the row keeps every
+choice (`choices`; `output` is the first's).
+
 Longer than 250 lines because one producer owns a prediction from its start to its end (stream, stop
 words, the engine's stop, the row), and its clean-up's guarantees read best in one place.
 """
@@ -30,11 +34,12 @@ from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.service.adapters import NOT_IN_CACHE
 from tritonbox_api.service.outcome import completed_in_memory
 from tritonbox_api.service.prepare import PreparedGeneration
-from tritonbox_api.service.running import Ended, Event, RunningPrediction
+from tritonbox_api.service.running import ChoiceText, Ended, Event, RunningPrediction
 from tritonbox_api.text.decoder import IncrementalDecoder
 from tritonbox_api.text.stop_words import StopStringMatcher
 from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
 from tritonbox_common.client import Chunk, TritonRequestError
+from tritonbox_common.log_probs import TopLogprobs, token_log_probs, top_log_probs
 
 __all__ = ["Ended", "Event", "PredictionService", "RunningPrediction"]
 
@@ -72,6 +77,7 @@ class _Progress:
     stop_word: str | None = None  # the stop word that ended it, when one did
     engine_opened: bool = False  # the request was sent to the engine
     engine_finished: bool = False  # the engine ended the request itself (nothing to stop)
+    others: list[_Progress] = field(default_factory=list)  # the other choices' (`n` > 1)
 
 
 @dataclass
@@ -79,6 +85,17 @@ class _Outcome:
     status: Status = Status.SUCCEEDED
     error: str | None = None
     retryable: bool = False
+
+
+def _add_logprobs(running: RunningPrediction, chunk: Chunk) -> None:
+    """The chunk's token log-probs, kept for the route; before the chunk's text is emitted."""
+    values = token_log_probs(chunk.result, len(chunk.ids))
+    if len(values) != len(chunk.ids):
+        raise TritonRequestError(f"the engine sent {len(values)} log-probs for {len(chunk.ids)}"
+                                 " tokens (is `output_log_probs` among its outputs?)")  # fmt: skip
+    tops: list[TopLogprobs | None] = [*top_log_probs(chunk.result, len(chunk.ids))]
+    tops = tops or [None] * len(chunk.ids)
+    running.logprobs += zip(chunk.ids, values, tops, strict=True)
 
 
 class PredictionService:
@@ -109,8 +126,10 @@ class PredictionService:
         source: Source,
         model: str,
         sent: dict[str, Any],
+        extra: list[PreparedGeneration] | None = None,
     ) -> RunningPrediction:
-        """Start generating; 429 when MAX_CONCURRENT_REQUESTS predictions already run."""
+        """Start generating; 429 when MAX_CONCURRENT_REQUESTS predictions already run. `extra`:
+        the other choices (`n` > 1), generated side by side under this one prediction."""
         if len(self._running) >= self._max_concurrent:
             metrics.REJECTED.labels("overloaded").inc()
             raise ApiError(
@@ -132,7 +151,7 @@ class PredictionService:
             adapter_name=prepared.adapter.name if prepared.adapter else None,
             adapter_sha256=prepared.adapter.sha256 if prepared.adapter else None,
         )
-        running = RunningPrediction(id=record.id, prepared=prepared)
+        running = RunningPrediction(id=record.id, prepared=prepared, extra=extra or [])
         # The slot and the gauge are taken here and given back once, by the producer.
         self._running[record.id] = running
         metrics.IN_FLIGHT.inc()
@@ -183,17 +202,23 @@ class PredictionService:
         final: Prediction | None = None
         try:
             inserted = self._insert(record)
-            generation = asyncio.create_task(self._generate(running, tokenizer, progress, started))
+            progress.others = [_Progress() for _ in running.extra]
+            generation = asyncio.create_task(
+                self._generate_all(running, tokenizer, progress, started)
+            )
             running.attach(generation)
             # Only the child is ever cancelled; should this task be (loop teardown), the child
             # is stopped and the clean-up below still runs.
             await _to_the_end(asyncio.wait([generation]), on_cancel=generation.cancel)
             outcome = await _to_the_end(self._outcome(running, generation, progress))
-            if progress.engine_opened and not progress.engine_finished:
-                request_id = running.prepared.request.request_id
-                await _to_the_end(
-                    self._gateway.stop_request(request_id, timeout_s=ENGINE_STOP_TIMEOUT_S)
-                )
+            every = [progress, *progress.others]
+            choices = zip([running.prepared, *running.extra], every, strict=True)
+            for prepared, each in choices:
+                if each.engine_opened and not each.engine_finished:
+                    request_id = prepared.request.request_id
+                    await _to_the_end(
+                        self._gateway.stop_request(request_id, timeout_s=ENGINE_STOP_TIMEOUT_S)
+                    )
             total = time.perf_counter() - started
             final = await _to_the_end(self._complete(record, inserted, outcome, progress, total))
         except BaseException:
@@ -211,16 +236,21 @@ class PredictionService:
         self, running: RunningPrediction, generation: asyncio.Task[None], progress: _Progress
     ) -> _Outcome:
         if generation.cancelled():
+            for each in (progress, *progress.others):
+                each.finish_reason = each.finish_reason or FinishReason.CANCELED
             progress.finish_reason = FinishReason.CANCELED
             return _Outcome(Status.CANCELED)
         failure = generation.exception()
         if failure is None:
             return _Outcome(Status.SUCCEEDED)
+        for each in progress.others:
+            each.finish_reason = each.finish_reason or FinishReason.ERROR
         progress.finish_reason = FinishReason.ERROR
         if isinstance(failure, TritonUnavailableError):
             return _Outcome(Status.FAILED, str(failure), retryable=True)
         if isinstance(failure, TritonRequestError):
-            progress.engine_finished = True  # an error response is the request's last
+            if not progress.others:  # with several choices, the failed one marked itself
+                progress.engine_finished = True  # an error response is the request's last
             # A restarting Triton answers "unknown model" before its models are back; a full
             # engine queue (MAX_QUEUE_SIZE) refuses for now only.
             retryable = progress.completion_tokens == 0 and (
@@ -230,17 +260,44 @@ class PredictionService:
         log.error("prediction %s failed", running.id, exc_info=failure)
         return _Outcome(Status.FAILED, "internal error: the api could not finish this prediction")
 
-    async def _generate(
+    async def _generate_all(
         self, running: RunningPrediction, tokenizer: Any, progress: _Progress, started: float
     ) -> None:
-        prepared = running.prepared
+        """Every choice side by side; one failing ends the others (the prediction fails)."""
+        if not running.extra:
+            return await self._generate(running, tokenizer, progress, started)
+        tasks = [asyncio.create_task(self._generate(running, tokenizer, progress, started))]
+        for index, (prepared, other) in enumerate(
+            zip(running.extra, progress.others, strict=True), 1
+        ):
+            tasks.append(asyncio.create_task(
+                self._generate(running, tokenizer, other, started, prepared, index)
+            ))  # fmt: skip
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _generate(
+        self,
+        running: RunningPrediction,
+        tokenizer: Any,
+        progress: _Progress,
+        started: float,
+        prepared: PreparedGeneration | None = None,
+        index: int = 0,
+    ) -> None:
+        """One choice (`index`; the first by default) from the engine to its text events."""
+        prepared = prepared or running.prepared
         decoder = IncrementalDecoder(tokenizer)
         matcher = StopStringMatcher(prepared.stop_words)
 
         def emit(text: str) -> None:
             if text:
                 progress.output.append(text)
-                running.queue.put_nowait(text)
+                running.queue.put_nowait(text if index == 0 else ChoiceText(index, text))
 
         request = prepared.request
         progress.engine_opened = True
@@ -252,6 +309,8 @@ class PredictionService:
                 if progress.time_to_first_token_s is None:
                     progress.time_to_first_token_s = time.perf_counter() - started
                 progress.completion_tokens += len(chunk.ids)
+                if prepared.logprobs is not None and index == 0:
+                    _add_logprobs(running, chunk)
                 emit(matcher.push(decoder.push(chunk.ids)))
                 if matcher.stopped:
                     # The api's exact-text match is the one rule for stop words: the producer
@@ -278,6 +337,7 @@ class PredictionService:
             async for chunk in self._gateway.stream(prepared.request):
                 yield chunk
         except TritonRequestError as error:
+            progress.engine_finished = True  # an error response is the request's last
             adapter = prepared.adapter
             resend = adapter is not None and adapter.lora.weights is None
             if not resend or NOT_IN_CACHE not in str(error) or progress.completion_tokens:
@@ -292,14 +352,26 @@ class PredictionService:
     def _values(
         record: Prediction, outcome: _Outcome, progress: _Progress, total_time_s: float
     ) -> dict[str, Any]:
+        every = [progress, *progress.others]
+        choices = [
+            {
+                "index": index,
+                "output": "".join(each.output),
+                "finish_reason": each.finish_reason.value if each.finish_reason else None,
+                "stop_word": each.stop_word,
+                "completion_tokens": each.completion_tokens,
+            }
+            for index, each in enumerate(every)
+        ]
         return dict(
             id=record.id,
             status=outcome.status,
             output="".join(progress.output),
             finish_reason=progress.finish_reason,
             stop_word=progress.stop_word,
+            choices=choices if progress.others else None,
             error=outcome.error,
-            completion_tokens=progress.completion_tokens,
+            completion_tokens=sum(each.completion_tokens for each in every),
             time_to_first_token_s=progress.time_to_first_token_s,
             total_time_s=total_time_s,
         )

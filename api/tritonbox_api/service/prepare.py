@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tritonbox_api.protocol.errors import invalid
+from tritonbox_api.protocol.errors import ApiError, invalid
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.adapters import AdapterSelection
 from tritonbox_api.service.engine_context import EngineContext
@@ -37,9 +38,22 @@ class PreparedGeneration:
     applied: dict[str, Any]  # every parameter as the engine gets it
     stop_words: tuple[str, ...]
     adapter: AdapterSelection | None = None  # the LoRA adapter that answers; None: the base
+    logprobs: int | None = None  # None: none; N: each token's log-prob and its N best rivals
 
     def with_adapter(self, adapter: AdapterSelection) -> PreparedGeneration:
         return replace(self, request=replace(self.request, lora=adapter.lora), adapter=adapter)
+
+    def choice(self, index: int) -> PreparedGeneration:
+        """The same request as choice `index` of several (OpenAI's `n`): an engine request of
+        its own, seeded `seed + index` (mod 2**63), so a seeded request repeats all its choices
+        and choice 0 is what the request alone would answer."""
+        seed = (int(self.request.sampling["seed"]) + index) % 2**63
+        request = replace(
+            self.request,
+            request_id=uuid.uuid4().hex,
+            sampling={**self.request.sampling, "seed": seed},
+        )
+        return replace(self, request=request)
 
 
 def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
@@ -89,9 +103,13 @@ async def prepare(
     max_beam_width: int,
     stream: bool,
     max_tokens_given: bool | None = None,
+    logprobs: int | None = None,
+    logprobs_field: str = "logprobs",
 ) -> PreparedGeneration:
     """`max_tokens_given`: whether the client chose max_tokens (by default, whether `params`
-    has it set; a route that builds `params` itself knows better).
+    has it set; a route that builds `params` itself knows better). `logprobs`: return each
+    token's log-prob and (N > 0) its N most likely alternatives; `logprobs_field` is what the
+    client called N, for the error an engine without top log-probs gives.
 
     The request is for the `tensorrt_llm` step itself, not the ensemble: the api has the
     prompt's ids already (it counts them) and decodes the output itself, so the ensemble's
@@ -121,6 +139,13 @@ async def prepare(
         )
     if stream and params.beam_width > 1:
         raise invalid("beam_width", "streaming needs beam_width 1; set stream to false")
+    if logprobs and not context.info.top_logprobs:
+        raise ApiError(
+            400,
+            f"{logprobs_field}: this engine returns only the chosen token's log-prob "
+            f"(TensorRT-LLM 0.20 has no top log-probs); send 0, got {logprobs}",
+            param=logprobs_field,
+        )
     if params.messages is not None:
         messages = [m.model_dump() for m in params.messages]
         prompt = chat_prompt(context.tokenizer, messages)
@@ -145,12 +170,21 @@ async def prepare(
     # A random seed is still recorded, so any answer can be reproduced from its prediction.
     seed = params.seed if params.seed is not None else secrets.randbelow(2**63)
     sampling["seed"] = seed
+    if logprobs is not None:
+        sampling["return_log_probs"] = True
+        if logprobs:  # only then: an engine without the input (a GPU one) refuses it
+            sampling["num_top_logprobs"] = logprobs
     # What the ensemble's preprocessing step adds: its default end and pad ids, the model's other
     # end ids as one-token stop words (an end, not a stop word: the api's text rule is for the
     # client's words), bad words as token ids with their variants.
     token_ids = context.token_ids
     sampling |= {"end_id": token_ids.end_id, "pad_id": token_ids.pad_id}
     extra_ends = [[end] for end in token_ids.extra_end_ids]
+    if params.ignore_eos:
+        # TensorRT-LLM's own `ignore_eos` (tensorrt_llm/executor/worker.py): end_id -1, an id no
+        # token has, so nothing ends the answer but max_tokens and the client's stop words; the
+        # model's other end ids are no stop words either.
+        sampling["end_id"], extra_ends = -1, []
     request = GenerationRequest(
         model=ENGINE_MODEL,
         input_ids=ids,
@@ -174,10 +208,12 @@ async def prepare(
         "prompt": params.prompt,
         "messages": [m.model_dump() for m in params.messages] if params.messages else None,
         "engine_prompt": prompt,
+        **({"logprobs": logprobs} if logprobs is not None else {}),
     }
     return PreparedGeneration(
         request=request,
         prompt_tokens=len(ids),
         applied=applied,
         stop_words=tuple(stop_words),
+        logprobs=logprobs,
     )

@@ -63,6 +63,9 @@ async def begin(
     stream: bool,
     on_start: Callable[[RunningPrediction], None] = lambda running: None,
     max_tokens_given: bool | None = None,
+    logprobs: int | None = None,
+    logprobs_field: str = "logprobs",
+    n: int = 1,
 ) -> Started:
     """Start a prediction; `on_start` sees it before its first event is awaited."""
     try:
@@ -77,11 +80,18 @@ async def begin(
         max_beam_width=max_beam_width,
         stream=stream,
         max_tokens_given=max_tokens_given,
+        logprobs=logprobs,
+        logprobs_field=logprobs_field,
     )
     if adapter is not None:
         prepared = prepared.with_adapter(adapter)
     running = predictions.start(
-        prepared, tokenizer=context.tokenizer, source=source, model=context.model_name, sent=sent
+        prepared,
+        tokenizer=context.tokenizer,
+        source=source,
+        model=context.model_name,
+        sent=sent,
+        extra=[prepared.choice(index) for index in range(1, n)],
     )
     rest = running.events()
     try:

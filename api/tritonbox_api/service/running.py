@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from tritonbox_api.db.models import Prediction
 from tritonbox_api.service.prepare import PreparedGeneration
+from tritonbox_common.log_probs import TopLogprobs
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,17 @@ class Ended:
     retryable: bool = False  # failed because Triton was down or restarting
 
 
-Event = str | Ended  # a piece of output text, or the end
+@dataclass(frozen=True, slots=True)
+class ChoiceText:
+    """A piece of another choice's text (OpenAI's `n` > 1); the first choice's is a plain str."""
+
+    index: int
+    text: str
+
+
+Event = str | ChoiceText | Ended  # a piece of output text, or the end
+# One generated token's id, log-prob and (when asked for) its most likely alternatives.
+TokenLogprob = tuple[int, float, TopLogprobs | None]
 
 
 class EventQueue:
@@ -55,6 +66,10 @@ class EventQueue:
     def get_nowait(self) -> Event:
         return self._events.popleft()
 
+    def unget(self, event: Event) -> None:
+        """Put `event` back first in line (taken by the coalescer, which cannot join it)."""
+        self._events.appendleft(event)
+
     async def get(self) -> Event:
         while not self._events:
             if self._waiter is not None:
@@ -73,12 +88,16 @@ class EventQueue:
 class RunningPrediction:
     id: str
     prepared: PreparedGeneration
+    # The other choices (OpenAI's `n` > 1): the same request with their own seeds and ids.
+    extra: list[PreparedGeneration] = field(default_factory=list)
     queue: EventQueue = field(default_factory=EventQueue)
     # Set by the producer: the engine stream, the one thing a cancellation may interrupt.
     generation: asyncio.Task[None] | None = None
     producer: asyncio.Task[None] | None = None
     cancel_reason: str | None = None
     ended: Ended | None = None
+    # With `prepared.logprobs`: one entry per generated token, appended before its text is.
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
     def cancel(self, reason: str) -> None:
         """Ask the prediction to stop; idempotent, from any task, before or after it started."""
@@ -139,6 +158,9 @@ class RunningPrediction:
             event = self.queue.get_nowait()
             if isinstance(event, Ended):
                 return "".join(pieces), event
+            if isinstance(event, ChoiceText):  # another choice's: not joined, left for next
+                self.queue.unget(event)
+                return "".join(pieces), None
             pieces.append(event)
         return "".join(pieces), None
 

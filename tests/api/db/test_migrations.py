@@ -154,3 +154,34 @@ def test_workers_starting_together_migrate_once(database_url: str) -> None:
     finally:
         for database in databases:
             database.close()
+
+
+def test_choices_survive_a_round_trip_and_0004_rows_read_null(database: Database) -> None:
+    """Revision 0005 adds `prediction.choices` (OpenAI's n > 1); older rows read NULL."""
+    with database.engine.begin() as connection:
+        config = migrate.alembic_config(connection)
+        command.downgrade(config, "0004")
+        connection.exec_driver_sql(
+            "INSERT INTO prediction (id, status, source, model, input, applied, output, "
+            "created_at) VALUES ('old', 'succeeded', 'api', 'm', '{}', '{}', 'x', "
+            "'2026-11-24 00:00:00')"
+        )
+        command.upgrade(config, "head")
+    every = [{"index": 0, "output": "a", "finish_reason": "stop", "stop_word": None,
+              "completion_tokens": 2}, {"index": 1, "output": "b", "finish_reason": "length",
+              "stop_word": None, "completion_tokens": 3}]  # fmt: skip
+    with database.session() as session:
+        crud.create_prediction(
+            session=session, id="n2", source=Source.OPENAI, model="m", input={}, applied={},
+            prompt_tokens=1,
+        )  # fmt: skip
+        crud.complete_prediction(
+            session=session, id="n2", status=Status.SUCCEEDED, output="a",
+            finish_reason=FinishReason.STOP, error=None, completion_tokens=5,
+            time_to_first_token_s=0.1, total_time_s=1.0, choices=every,
+        )  # fmt: skip
+    with database.session() as session:
+        old = crud.get_prediction(session=session, id="old")
+        new = crud.get_prediction(session=session, id="n2")
+        assert old is not None and old.choices is None
+        assert new is not None and new.choices == every and new.completion_tokens == 5

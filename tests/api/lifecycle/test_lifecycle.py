@@ -8,7 +8,7 @@ Longer than 250 lines because the races of one prediction's life share one in-pr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 from tritonbox_api import metrics
 from tritonbox_api.db import pages
 from tritonbox_api.service.prepare import prepare
+from tritonbox_common.client import TritonRequestError
 
 PROMPT = "The capital of France is"
 LONG = {"prompt": PROMPT, "max_tokens": 400}
@@ -343,5 +344,62 @@ def test_a_full_engine_queue_is_a_429_to_retry(make_stack: Callable[..., Any]) -
         stack.engine.refuse = None
         again = await stack.call("POST", "/predict", {**LONG, "max_tokens": 2}).finish()
         assert again.status == 200
+
+    run(make_stack, scenario)
+
+
+CHOICES = {"model": "fake-model", "prompt": PROMPT, "max_tokens": 400, "seed": 7, "n": 3,
+           "stream": True}  # fmt: skip
+
+
+def test_a_client_leaving_stops_every_choice(make_stack: Callable[..., Any]) -> None:
+    """OpenAI's `n`: one engine request per choice, seeded seed + index; all stopped."""
+
+    async def scenario(stack: Any) -> None:
+        exchange = stack.call("POST", "/v1/completions", CHOICES)
+        await exchange.wait_chunks(6)
+        assert len(stack.engine.active) == 3
+        assert [r.sampling["seed"] for r in stack.engine.started] == [7, 8, 9]
+        exchange.disconnect.set()
+        await stack.engine.idle_within(1.0)
+        await exchange.finish()
+        await settled(stack)
+        (row,) = await rows(stack)
+        assert row.status.value == "canceled"
+        assert sorted(stack.engine.stops) == sorted(r.request_id for r in stack.engine.started)
+        assert [c["index"] for c in row.choices] == [0, 1, 2]
+        assert all(c["finish_reason"] == "canceled" for c in row.choices)
+        assert row.completion_tokens == sum(c["completion_tokens"] for c in row.choices)
+
+    run(make_stack, scenario)
+
+
+def test_a_failing_choice_fails_the_prediction_and_stops_the_others(
+    make_stack: Callable[..., Any],
+) -> None:
+    async def scenario(stack: Any) -> None:
+        engine = stack.engine
+        original = engine.stream
+
+        async def stream(request: Any) -> AsyncIterator[Any]:
+            count = 0
+            async for chunk in original(request):
+                yield chunk
+                count += 1
+                if request.sampling["seed"] == 8 and count == 3:  # choice 1 breaks
+                    engine.active.discard(request.request_id)
+                    raise TritonRequestError("choice 1 broke")
+
+        engine.stream = stream
+        exchange = stack.call("POST", "/v1/completions", {**CHOICES, "stream": False})
+        await exchange.finish()
+        assert exchange.status == 502 and "choice 1 broke" in exchange.body.decode()
+        await engine.idle_within(1.0)
+        await settled(stack)
+        (row,) = await rows(stack)
+        assert row.status.value == "failed" and len(row.choices) == 3
+        failed = next(r.request_id for r in engine.started if r.sampling["seed"] == 8)
+        assert failed not in engine.stops  # its error response was its last
+        assert len(engine.stops) == 2
 
     run(make_stack, scenario)

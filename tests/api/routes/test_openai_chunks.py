@@ -10,7 +10,7 @@ from typing import cast
 import pytest
 from sse_starlette import ServerSentEvent
 
-from tritonbox_api.routes.openai import _Shape
+from tritonbox_api.routes.openai_shape import Shape
 from tritonbox_api.service.runner import Started
 
 TEXTS = [
@@ -27,7 +27,7 @@ TEXTS = [
 @pytest.mark.parametrize("chat", [True, False])
 @pytest.mark.parametrize("model", ["SmolLM2", 'odd "\u0000text\u0000" model'])
 def test_delta_json_equals_encoding_the_whole_chunk(chat: bool, model: str) -> None:
-    shape = _Shape(chat, cast(Started, SimpleNamespace(id="abc", model=model)))
+    shape = Shape(chat, cast(Started, SimpleNamespace(id="abc", model=model)))
     for first in (True, False):
         for text in TEXTS:
             whole = json.dumps(shape.delta(text, first=first), ensure_ascii=False)

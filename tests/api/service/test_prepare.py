@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +133,28 @@ def test_the_request_is_for_the_engine_step_with_the_prompts_ids(context: Engine
         tensors
     )  # fmt: skip
     assert "text_input" not in tensors and "top_k" not in tensors
+
+
+def test_log_probs_ask_the_engine_and_top_ones_need_an_engine_that_has_them(
+    context: EngineContext,
+) -> None:
+    """TensorRT-LLM 0.20 (info.top_logprobs False) returns the chosen token's log-prob only."""
+    params = GenerationInput(prompt="Hi", max_tokens=2)
+    plain = asyncio.run(prepare(params, context, max_beam_width=1, stream=True))
+    assert "return_log_probs" not in plain.request.sampling and plain.logprobs is None
+    chosen = asyncio.run(prepare(params, context, max_beam_width=1, stream=True, logprobs=0))
+    assert chosen.request.sampling["return_log_probs"] is True
+    assert "num_top_logprobs" not in chosen.request.sampling  # not an input of NVIDIA's engine
+    names = {tensor.name() for tensor in build_inputs(chosen.request)}
+    assert "return_log_probs" in names and "num_top_logprobs" not in names
+    with pytest.raises(ApiError) as raised:
+        asyncio.run(
+            prepare(
+                params, context, max_beam_width=1, stream=True, logprobs=3,
+                logprobs_field="top_logprobs",
+            )
+        )  # fmt: skip
+    assert raised.value.status_code == 400 and raised.value.param == "top_logprobs"
+    cpu = replace(context, info=replace(context.info, top_logprobs=True))
+    top = asyncio.run(prepare(params, cpu, max_beam_width=1, stream=True, logprobs=3))
+    assert top.request.sampling["num_top_logprobs"] == 3 and top.logprobs == 3

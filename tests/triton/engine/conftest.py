@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import pytest
 
-from tritonbox_triton.engine.scheduler import EngineFinish
+from tritonbox_triton.engine.scheduler import EngineFinish, TopLogprobs
 
 
 class CollectingSink:
     def __init__(self, cancel_after: int | None = None) -> None:
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
+        self.top: list[TopLogprobs] = []
         self.calls = 0
         self.finish: EngineFinish | None = None
         self.error: str | None = None
@@ -28,10 +30,15 @@ class CollectingSink:
         return cancelled
 
     def on_tokens(
-        self, tokens: list[int], logprobs: list[float], finish: EngineFinish | None
+        self,
+        tokens: list[int],
+        logprobs: list[float],
+        finish: EngineFinish | None,
+        top: Sequence[TopLogprobs] = (),
     ) -> None:
         self.tokens += tokens
         self.logprobs += logprobs
+        self.top += top
         self.calls += 1
         if finish is not None:
             self.finish = finish

@@ -53,6 +53,12 @@ def test_out_of_range_inputs_name_the_tensor(name: str, value: float, message: s
         params(**{name: value})
 
 
+def test_end_id_minus_one_means_none_and_lower_is_refused() -> None:
+    assert params(end_id=-1).end_id == -1
+    with pytest.raises(RequestError, match=r"end_id: must be >= -1"):
+        params(end_id=-2)
+
+
 def test_prompt_plus_output_must_fit_the_kv_cache() -> None:
     arrays = {"request_output_len": np.array([[15]], dtype=np.int32)}
     with pytest.raises(RequestError, match="exceed the KV cache of 20 tokens"):

@@ -130,6 +130,37 @@ def test_min_tokens_holds_back_the_end_id(
     assert EOS not in longer.tokens
 
 
+def test_end_id_minus_one_never_ends(
+    engine: InflightBatcher, tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    """TensorRT-LLM's end_id -1 (its `ignore_eos`): only max_tokens ends it, min_tokens too."""
+    prompt = chat_ids(tokenizer, PROMPTS[0])
+    short = submit(engine, make_sink(), prompt, max_tokens=40).wait()
+    assert short.finish is EngineFinish.STOP and len(short.tokens) < 40
+    extras: list[dict[str, Any]] = [{}, {"min_tokens": 5}]
+    for extra in extras:
+        endless = submit(engine, make_sink(), prompt, max_tokens=40, end_id=-1, **extra).wait()
+        assert endless.finish is EngineFinish.LENGTH and len(endless.tokens) == 40
+        # Greedy: the same answer up to where it ended, then the end id is just a token.
+        assert endless.tokens[: len(short.tokens) + 1] == [*short.tokens, EOS]
+
+
+def test_top_logprobs_are_sorted_and_lead_with_the_greedy_choice(
+    engine: InflightBatcher, tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    prompt = chat_ids(tokenizer, PROMPTS[0])
+    plain = submit(engine, make_sink(), prompt, max_tokens=8).wait()
+    assert plain.top == []  # none asked for, none computed
+    ranked = submit(engine, make_sink(), prompt, max_tokens=8, num_top_logprobs=4).wait()
+    assert ranked.tokens == plain.tokens and ranked.logprobs == plain.logprobs
+    assert len(ranked.top) == len(ranked.tokens)
+    for token, logprob, (ids, values) in zip(
+        ranked.tokens, ranked.logprobs, ranked.top, strict=True
+    ):
+        assert len(ids) == len(values) == 4 and values == sorted(values, reverse=True)
+        assert ids[0] == token and values[0] == logprob
+
+
 def test_max_tokens_ends_with_length(
     engine: InflightBatcher, tokenizer: PreTrainedTokenizerBase, make_sink: Any
 ) -> None:

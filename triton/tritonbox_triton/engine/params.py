@@ -15,6 +15,9 @@ import numpy as np
 
 from tritonbox_common.errors import RequestError
 
+# The most top log-probs per token `num_top_logprobs` may ask for (OpenAI's top_logprobs limit).
+MAX_TOP = 20
+
 
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
@@ -39,6 +42,7 @@ class SamplingParams:
     streaming: bool = False
     exclude_input_in_output: bool = True
     return_log_probs: bool = False
+    num_top_logprobs: int = 0  # a TritonBox extension: top alternatives per token (≤ MAX_TOP)
 
     @property
     def greedy(self) -> bool:
@@ -122,7 +126,8 @@ def sampling_params(
     seed = int(seed_value) if seed_value is not None else secrets.randbits(63)
     return SamplingParams(
         max_tokens=max_tokens,
-        end_id=int(_number(tensors, "end_id", default_end_id, low=0)),
+        # -1: no end id (TensorRT-LLM's meaning; its `ignore_eos` sends it): no token ends it.
+        end_id=int(_number(tensors, "end_id", default_end_id, low=-1)),
         pad_id=int(_number(tensors, "pad_id", default_pad_id, low=0)),
         temperature=_number(tensors, "temperature", 1.0, low=0.0, high=100.0),
         top_k=int(_number(tensors, "runtime_top_k", 0, low=0)),
@@ -135,4 +140,5 @@ def sampling_params(
         streaming=_flag(tensors, "streaming", False),
         exclude_input_in_output=_flag(tensors, "exclude_input_in_output", exclude_input_default),
         return_log_probs=_flag(tensors, "return_log_probs", False),
+        num_top_logprobs=int(_number(tensors, "num_top_logprobs", 0, low=0, high=MAX_TOP)),
     )

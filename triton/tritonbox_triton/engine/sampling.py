@@ -4,6 +4,11 @@ Each row of a batch is processed on its own: a mixed batch holds greedy and samp
 each with its penalties, word lists and seeded generator. The order of the warpers (penalties,
 temperature, top-k, top-p) is the one `transformers.generate()` uses, so greedy and seeded
 results match it.
+
+Log-probs (the chosen token's, and the top alternatives') are the log-softmax of the logits after
+the penalties, the min_tokens and bad-word bans and (when sampling) the temperature, before top-k
+and top-p cut the tail: the distribution the token was drawn from, before truncation. Greedy
+(temperature 0, top_k 1) divides by no temperature, so with no penalties they are the model's own.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ MAX_REJECTIONS = 32
 class TokenChoice:
     token: int
     logprob: float
+    # The `num_top_logprobs` most likely tokens of the same distribution, best first.
+    top_ids: list[int] = field(default_factory=list)
+    top_logprobs: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -81,7 +89,7 @@ def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
     """Pick the next token for one sequence; `logits` is its float32 row (modified in place)."""
     params = state.params
     _apply_penalties(logits, state)
-    if len(state.generated) < params.min_tokens:
+    if len(state.generated) < params.min_tokens and params.end_id >= 0:
         logits[params.end_id] = float("-inf")
     context = state.context()
     for token in state.words.banned_tokens(context):
@@ -106,4 +114,8 @@ def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
             break
     else:
         token = int(torch.argmax(logits))
-    return TokenChoice(token=token, logprob=float(logprobs[token]))
+    choice = TokenChoice(token=token, logprob=float(logprobs[token]))
+    if params.num_top_logprobs > 0:
+        top = torch.topk(logprobs, min(params.num_top_logprobs, logprobs.numel()))
+        choice.top_ids, choice.top_logprobs = top.indices.tolist(), top.values.tolist()
+    return choice

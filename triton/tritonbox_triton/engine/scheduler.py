@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -35,6 +36,7 @@ from .stats import IterationStats
 from .words import Decode, WordRules
 
 log = logging.getLogger(__name__)
+TopLogprobs = tuple[list[int], list[float]]  # one token's best alternatives: ids, log-probs
 
 # How long a stop for an id the engine has not seen yet is kept (the stop may overtake its
 # request on the way in). A stop for a known request, waiting or running, acts at once.
@@ -56,9 +58,14 @@ class TokenSink(Protocol):
     def is_cancelled(self) -> bool: ...
 
     def on_tokens(
-        self, tokens: list[int], logprobs: list[float], finish: EngineFinish | None
+        self,
+        tokens: list[int],
+        logprobs: list[float],
+        finish: EngineFinish | None,
+        top: Sequence[TopLogprobs] = (),
     ) -> None:
-        """New tokens; `finish` is set on the last call."""
+        """New tokens; `finish` is set on the last call. `top`: per token, its request's
+        `num_top_logprobs` best (ids, log-probs); empty when it asked for none."""
 
     def on_error(self, message: str) -> None:
         """The request failed; no further calls follow."""
@@ -368,7 +375,8 @@ class InflightBatcher:
             finish = EngineFinish.STOP_WORD
         elif len(state.generated) >= params.max_tokens:
             finish = EngineFinish.LENGTH
-        sink.on_tokens([choice.token], [choice.logprob], finish)
+        top = [(choice.top_ids, choice.top_logprobs)] if params.num_top_logprobs else []
+        sink.on_tokens([choice.token], [choice.logprob], finish, top)
         if finish is not None:
             self._observer.on_finished(finish.value)
         return finish is not None

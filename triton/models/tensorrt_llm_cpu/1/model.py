@@ -17,6 +17,7 @@ import dataclasses
 import json
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,12 @@ from tritonbox_triton.engine.params import (
     prompt_ids,
     sampling_params,
 )
-from tritonbox_triton.engine.scheduler import EngineFinish, EngineRequest, InflightBatcher
+from tritonbox_triton.engine.scheduler import (
+    EngineFinish,
+    EngineRequest,
+    InflightBatcher,
+    TopLogprobs,
+)
 from tritonbox_triton.engine.stats import FAMILIES, IterationStats, nvidia_values
 from tritonbox_triton.engine.words import text_decoder
 from tritonbox_triton.parent_watch import watch_parent
@@ -45,24 +51,28 @@ OPTIONAL_INPUTS = (
     "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list",
     "bad_words_list", "beam_width", "temperature", "runtime_top_k", "runtime_top_p",
     "repetition_penalty", "min_tokens", "presence_penalty", "frequency_penalty", "seed",
-    "return_log_probs", "streaming", "exclude_input_in_output", "stop",
+    "return_log_probs", "streaming", "exclude_input_in_output", "stop", "num_top_logprobs",
 )  # fmt: skip
 
 
-def _response(ids: list[int], logprobs: list[float]) -> Any:
+def _response(
+    ids: list[int], logprobs: list[float], top: list[TopLogprobs] | None = None, count: int = 0
+) -> Any:
     tokens = np.asarray(ids, dtype=np.int32).reshape(1, 1, -1)
-    return pb_utils.InferenceResponse(
-        output_tensors=[
-            pb_utils.Tensor("output_ids", tokens),
-            pb_utils.Tensor("sequence_length", np.array([[tokens.shape[-1]]], dtype=np.int32)),
-            pb_utils.Tensor(
-                "cum_log_probs", np.array([[float(np.sum(logprobs))]], dtype=np.float32)
-            ),
-            pb_utils.Tensor(
-                "output_log_probs", np.asarray(logprobs, dtype=np.float32).reshape(1, 1, -1)
-            ),
-        ]
-    )
+    outputs = [
+        pb_utils.Tensor("output_ids", tokens),
+        pb_utils.Tensor("sequence_length", np.array([[tokens.shape[-1]]], dtype=np.int32)),
+        pb_utils.Tensor("cum_log_probs", np.array([[float(np.sum(logprobs))]], dtype=np.float32)),
+        pb_utils.Tensor(
+            "output_log_probs", np.asarray(logprobs, dtype=np.float32).reshape(1, 1, -1)
+        ),
+    ]
+    if top is not None:  # asked for (num_top_logprobs = count > 0): [batch, beam, tokens, N]
+        top_ids = np.asarray([ids for ids, _ in top], dtype=np.int32).reshape(1, 1, -1, count)
+        values = np.asarray([lps for _, lps in top], dtype=np.float32).reshape(1, 1, -1, count)
+        outputs.append(pb_utils.Tensor("top_token_ids", top_ids))
+        outputs.append(pb_utils.Tensor("top_log_probs", values))
+    return pb_utils.InferenceResponse(output_tensors=outputs)
 
 
 def _word_list(tensors: dict[str, np.ndarray], name: str) -> list[list[int]]:
@@ -96,6 +106,7 @@ class TritonSink:
         self._params = params
         self._ids: list[int] = [] if params.exclude_input_in_output else list(prompt)
         self._logprobs: list[float] = []
+        self._top: list[TopLogprobs] | None = [] if params.num_top_logprobs else None
 
     def _send(self, response: Any, final: bool) -> None:
         try:
@@ -107,15 +118,24 @@ class TritonSink:
         return bool(self._sender.is_cancelled())
 
     def on_tokens(
-        self, tokens: list[int], logprobs: list[float], finish: EngineFinish | None
+        self,
+        tokens: list[int],
+        logprobs: list[float],
+        finish: EngineFinish | None,
+        top: Sequence[TopLogprobs] = (),
     ) -> None:
         if self._params.streaming:
-            self._send(_response(tokens, logprobs), final=finish is not None)
+            new_top = None if self._top is None else list(top)
+            response = _response(tokens, logprobs, new_top, self._params.num_top_logprobs)
+            self._send(response, final=finish is not None)
             return
         self._ids += tokens
         self._logprobs += logprobs
+        if self._top is not None:
+            self._top += top
         if finish is not None:
-            self._send(_response(self._ids, self._logprobs), final=True)
+            top_count = self._params.num_top_logprobs
+            self._send(_response(self._ids, self._logprobs, self._top, top_count), final=True)
 
     def on_error(self, message: str) -> None:
         self._send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), final=True)

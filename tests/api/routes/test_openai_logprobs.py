@@ -1,0 +1,150 @@
+"""Token log-probs through the official `openai` SDK against the live api on the cpu engine:
+equal to transformers' log-softmax of the same checkpoint, in OpenAI's shapes, streamed too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tritonbox_common.tokenization import encode_prompt
+from tritonbox_triton.prepare_model import prepare_default_model
+from tritonbox_triton.settings import DEFAULT_MODEL_NAME
+
+MESSAGES: Any = [{"role": "user", "content": "What is the capital of France?"}]
+TOKENS = 12
+TOLERANCE = 1e-4
+
+
+@pytest.fixture
+def client(api_server: Any) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{api_server.url}/v1", api_key="unused", max_retries=0) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+def model(client: openai.OpenAI) -> str:
+    return client.models.list().data[0].id
+
+
+@pytest.fixture(scope="module")
+def checkpoint(triton_server: Any) -> tuple[Any, Any]:
+    """The checkpoint the engine serves (the prepared default model), loaded by transformers."""
+    folder = prepare_default_model(triton_server.settings.cache_dir / "models" / DEFAULT_MODEL_NAME)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    return loaded.eval(), AutoTokenizer.from_pretrained(folder)
+
+
+def reference(checkpoint: tuple[Any, Any], prompt: str) -> tuple[list[int], torch.Tensor]:
+    """Greedy ids from transformers and the log-softmax of the logits at each of them."""
+    hf_model, tokenizer = checkpoint
+    ids = encode_prompt(tokenizer, prompt, 4096)
+    with torch.inference_mode():
+        out = hf_model.generate(torch.tensor([ids]), max_new_tokens=TOKENS, do_sample=False)
+        generated = out[0, len(ids) :].tolist()
+        logits = hf_model(out).logits[0, len(ids) - 1 : -1].float()
+    return generated, torch.log_softmax(logits, dim=-1)
+
+
+def engine_prompt(api: httpx.Client, prediction_id: str) -> str:
+    return str(api.get(f"/v1/predictions/{prediction_id}").json()["applied"]["engine_prompt"])
+
+
+def test_chat_logprobs_equal_transformers(
+    client: openai.OpenAI, model: str, api: httpx.Client, checkpoint: tuple[Any, Any]
+) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=MESSAGES, max_tokens=TOKENS, temperature=0,
+        logprobs=True, top_logprobs=5,
+    )  # fmt: skip
+    answer = raw.parse()
+    content = answer.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == answer.usage.completion_tokens > 3  # type: ignore[union-attr]
+    generated, logsoftmax = reference(
+        checkpoint, engine_prompt(api, raw.headers["x-prediction-id"])
+    )
+    tokenizer = checkpoint[1]
+    for position, (entry, token) in enumerate(zip(content, generated[: len(content)], strict=True)):
+        assert entry.token == tokenizer.decode([token])
+        assert entry.bytes == list(entry.token.encode())
+        assert abs(entry.logprob - float(logsoftmax[position, token])) < TOLERANCE
+        tops = [top.logprob for top in entry.top_logprobs]
+        assert len(tops) == 5 and tops == sorted(tops, reverse=True)
+        best = torch.topk(logsoftmax[position], 5)
+        assert max(abs(a - float(b)) for a, b in zip(tops, best.values, strict=True)) < TOLERANCE
+        # Greedy: the chosen token is the most likely one.
+        assert entry.top_logprobs[0].token == entry.token
+        assert entry.top_logprobs[0].logprob == entry.logprob
+    assert "".join(entry.token for entry in content) == answer.choices[0].message.content
+
+
+def test_streamed_logprobs_equal_the_whole_answers(client: openai.OpenAI, model: str) -> None:
+    whole = client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=TOKENS, temperature=0, logprobs=True,
+        top_logprobs=2,
+    )  # fmt: skip
+    streamed = client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=TOKENS, temperature=0, logprobs=True,
+        top_logprobs=2, stream=True,
+    )  # fmt: skip
+    entries = [
+        entry
+        for chunk in streamed
+        for choice in chunk.choices
+        for entry in (choice.logprobs.content or [] if choice.logprobs else [])
+    ]
+    assert [e.model_dump() for e in entries] == [
+        e.model_dump()
+        for e in whole.choices[0].logprobs.content  # type: ignore[union-attr]
+    ]
+
+
+def test_completion_logprobs_shape(client: openai.OpenAI, model: str) -> None:
+    prompt = "The capital of France is"
+    answer = client.completions.create(
+        model=model, prompt=prompt, max_tokens=6, temperature=0, logprobs=3
+    )
+    logprobs = answer.choices[0].logprobs
+    assert logprobs is not None and logprobs.tokens and logprobs.token_logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 6
+    assert "".join(logprobs.tokens) == answer.choices[0].text
+    assert logprobs.text_offset == [
+        sum(len(t) for t in logprobs.tokens[:i]) for i in range(len(logprobs.tokens))
+    ]
+    for token, value, top in zip(
+        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs or [], strict=True
+    ):
+        assert 3 <= len(top) <= 4 and top[token] == value == max(top.values())
+    streamed = client.completions.create(
+        model=model, prompt=prompt, max_tokens=6, temperature=0, logprobs=3, stream=True
+    )
+    tokens: list[str] = []
+    offsets: list[int] = []
+    for chunk in streamed:
+        for choice in chunk.choices:
+            if choice.logprobs is not None:
+                tokens += choice.logprobs.tokens or []
+                offsets += choice.logprobs.text_offset or []
+    assert tokens == logprobs.tokens and offsets == logprobs.text_offset
+
+
+def test_logprobs_refusals_name_the_field(client: openai.OpenAI, model: str) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=2, top_logprobs=3)
+    assert raised.value.body["param"] == "top_logprobs"  # type: ignore[index]
+    with pytest.raises(openai.APIStatusError) as too_many:
+        client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=2, logprobs=True, top_logprobs=21
+        )
+    assert too_many.value.body["param"] == "top_logprobs"  # type: ignore[index]
+    with pytest.raises(openai.APIStatusError) as too_many:
+        client.completions.create(model=model, prompt="Hi", max_tokens=2, logprobs=6)
+    assert too_many.value.body["param"] == "logprobs"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as echo:
+        client.completions.create(model=model, prompt="Hi", max_tokens=1, echo=True, logprobs=1)
+    assert echo.value.body["param"] == "echo" and "prefill" in echo.value.message  # type: ignore[index]
