@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from tritonbox_api.protocol.errors import ApiError
 
@@ -90,10 +91,27 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     return _json(validation_error(error))
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path (Starlette's 405 names only those
+    of the first route it matched, one of several when GET and POST are separate routes)."""
+    allowed = [
+        method
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
+    return allowed + ["HEAD"] * ("GET" in allowed)  # HeadMiddleware: HEAD wherever GET is
+
+
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, HTTPException)
     kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
-    return _json(ApiError(error.status_code, str(error.detail), type=kind))
+    headers = dict(error.headers or {})
+    if error.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return _json(ApiError(error.status_code, str(error.detail), type=kind, headers=headers))
 
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:
