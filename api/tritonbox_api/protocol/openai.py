@@ -39,7 +39,7 @@ class _OpenAIRequest(BaseModel):
     presence_penalty: float = p.PRESENCE_PENALTY.field()
     frequency_penalty: float = p.FREQUENCY_PENALTY.field()
     seed: int | None = p.SEED.field()
-    stop: p.Word | p.WordList | None = Field(default=None, description=p.STOP_WORDS.hint)
+    stop: p.Word | p.WordList | None = Field(default=None, description=p.STOP_WORDS.description)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(
@@ -54,7 +54,7 @@ class _OpenAIRequest(BaseModel):
     top_k: int = p.TOP_K.field()
     repetition_penalty: float = p.REPETITION_PENALTY.field()
     min_tokens: int = p.MIN_TOKENS.field()
-    bad_words: p.WordList | None = Field(default=None, description=p.BAD_WORDS.hint)
+    bad_words: p.WordList | None = Field(default=None, description=p.BAD_WORDS.description)
     ignore_eos: bool = p.IGNORE_EOS.field()  # vLLM's name and meaning
 
     def _generation(self, **prompt: Any) -> GenerationInput:
