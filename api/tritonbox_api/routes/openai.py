@@ -19,7 +19,7 @@ from tritonbox_api.protocol.openai import (
     ModelList,
 )
 from tritonbox_api.routes.common import prediction_headers, start
-from tritonbox_api.routes.openai_errors import OpenAIRoute, client_named
+from tritonbox_api.routes.openai_errors import REFUSED, OpenAIRoute, client_named
 from tritonbox_api.routes.openai_logprobs import LogprobShape
 from tritonbox_api.routes.openai_shape import Shape, error_body, usage
 from tritonbox_api.routes.sse import EventStream, frame
@@ -160,12 +160,12 @@ async def _adapter_of(services: Services, model: str) -> str | None:
     )
 
 
-@router.post("/completions")
+@router.post("/completions", responses={400: REFUSED})
 async def completions(body: CompletionRequest, request: Request, services: ServicesDep) -> Response:
     return await _complete(request, services, body, chat=False)
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", responses={400: REFUSED})
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, services: ServicesDep
 ) -> Response:

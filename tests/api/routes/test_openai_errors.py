@@ -82,3 +82,11 @@ def test_malformed_json_is_a_400_here_and_a_422_on_native_routes(api: httpx.Clie
     refused = api.post("/v1/predictions", json=native)
     assert refused.status_code == 422
     assert refused.json()["error"]["param"] == "input.stop_words_list"
+
+
+def test_the_openapi_document_declares_the_400(api: httpx.Client) -> None:
+    paths = api.get("/openapi.json").json()["paths"]
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        declared = paths[path]["post"]["responses"]["400"]["content"]["application/json"]
+        assert declared["schema"]["$ref"] == "#/components/schemas/ErrorResponse"
+    assert "400" not in paths["/v1/models"]["get"]["responses"]
