@@ -9,17 +9,31 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from tritonbox_api.protocol.errors import ApiError
 
 log = logging.getLogger(__name__)
 
 
+# Pydantic names the member of a union that failed in `loc` ("str", "list[constrained-str]"):
+# no field of the request, so no part of the name the client sees.
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+def _union_member(part: str) -> bool:
+    return not part.isidentifier() or part in _TYPE_NAMES
+
+
 def _field(loc: tuple[Any, ...]) -> str:
-    # ("body", "input", "stop_words_list", 2) -> "input.stop_words_list[2]"
+    # ("body", "input", "stop_words_list", 2) -> "input.stop_words_list[2]";
+    # ("body", "stop", "list[constrained-str]", 1) -> "stop[1]"
     name = ""
     for part in loc[1:] if loc and loc[0] in ("body", "query", "path") else loc:
-        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+        if isinstance(part, int):
+            name += f"[{part}]"
+        elif not (name and _union_member(str(part))):
+            name += f".{part}" if name else str(part)
     return name or "body"
 
 
@@ -53,18 +67,51 @@ async def _api_error(request: Request, error: Exception) -> JSONResponse:
     return _json(error)
 
 
+def validation_error(error: RequestValidationError, status_code: int = 422) -> ApiError:
+    """The ApiError for a request pydantic refused: every problem, `param` the first's field."""
+    problems = [describe(e) for e in error.errors()]
+    first, _ = problems[0] if problems else ("body", "")
+    # A union's members each report. The deepest name under the first field says where
+    # ("stop[1]" for the empty second word of a list): the member that did not fit at all
+    # ("stop: input should be a valid string") is left out then.
+    field = max(
+        (f for f, _ in problems if f == first or f.startswith((f"{first}[", f"{first}."))),
+        key=len,
+        default=first,
+    )
+    if field != first:
+        problems = [(f, m) for f, m in problems if f != first]
+    # The same text twice (a union's members alike) says nothing more.
+    message = "; ".join(dict.fromkeys(m for _, m in problems)) or "invalid request"
+    return ApiError(status_code, message, param=field)
+
+
 async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
-    problems = [describe(e) for e in error.errors()]
-    field, _ = problems[0] if problems else ("body", "")
-    message = "; ".join(m for _, m in problems) or "invalid request"
-    return _json(ApiError(422, message, param=field))
+    return _json(validation_error(error))
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path (Starlette's 405 names only those
+    of the first route it matched, one of several when GET and POST are separate routes)."""
+    allowed = [
+        method
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
+    return allowed + ["HEAD"] * ("GET" in allowed)  # HeadMiddleware: HEAD wherever GET is
 
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, HTTPException)
     kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
-    return _json(ApiError(error.status_code, str(error.detail), type=kind))
+    headers = dict(error.headers or {})
+    if error.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return _json(ApiError(error.status_code, str(error.detail), type=kind, headers=headers))
 
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:

@@ -15,6 +15,7 @@ from tritonbox_api.db.url import settings_url
 from tritonbox_api.db.workers import WorkerPresence
 from tritonbox_api.deps import Services
 from tritonbox_api.errors import install_error_handlers
+from tritonbox_api.head import HeadMiddleware
 from tritonbox_api.processes import per_worker_limit, worker_exited
 from tritonbox_api.routes import (
     adapters,
@@ -95,6 +96,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(HeadMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(SecurityHeadersMiddleware)
     for module in (health, predict, predictions, limits, openai, adapters, permalink):

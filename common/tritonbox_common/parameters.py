@@ -16,6 +16,9 @@ from pydantic import Field, StringConstraints
 
 MAX_WORDS = 32  # per stop-word or bad-word list
 MAX_WORD_CHARS = 256
+# Tokens in one stop or bad word (each spelling of it, word_lists.py): checked by the api with
+# the engine's tokenizer, after the characters; GET /v1/limits shows it.
+MAX_WORD_TOKENS = 32
 MAX_PROMPT_CHARS = 200_000  # a first, cheap bound; the token count is checked against the engine
 
 
@@ -29,9 +32,14 @@ class Parameter:
     engine_limit: str | None = None  # the engine setting that bounds it further, if any
     size_limit: str | None = None  # for lists: how many items, how long each
 
+    @property
+    def description(self) -> str:
+        """The hint, and for lists their size limits: the OpenAPI schema's description."""
+        return f"{self.hint} Limits: {self.size_limit}." if self.size_limit else self.hint
+
     def field(self, **overrides: Any) -> Any:
-        """A pydantic Field with this parameter's default, limits and hint."""
-        options: dict[str, Any] = {"default": self.default, "description": self.hint}
+        """A pydantic Field with this parameter's default, limits and description."""
+        options: dict[str, Any] = {"default": self.default, "description": self.description}
         if self.ge is not None:
             options["ge"] = self.ge
         if self.le is not None:
@@ -133,17 +141,20 @@ IGNORE_EOS = Parameter(
     False,
     "Keep writing past the model's end of answer, up to max_tokens (stop words still end it).",
 )
+_WORD_LIMITS = (
+    f"≤ {MAX_WORDS} words of 1–{MAX_WORD_CHARS} characters and ≤ {MAX_WORD_TOKENS} tokens each"
+)
 STOP_WORDS = Parameter(
     "stop_words_list",
     None,
     "The answer ends before any of these (they are never shown in the output).",
-    size_limit=f"≤ {MAX_WORDS} words of 1–{MAX_WORD_CHARS} characters",
+    size_limit=_WORD_LIMITS,
 )
 BAD_WORDS = Parameter(
     "bad_words_list",
     None,
     "Words the model may never write.",
-    size_limit=f"≤ {MAX_WORDS} words of 1–{MAX_WORD_CHARS} characters",
+    size_limit=_WORD_LIMITS,
 )
 
 # Not a sampling parameter (so in none of the tuples below): which registered LoRA adapter of

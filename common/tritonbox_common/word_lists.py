@@ -18,9 +18,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from tritonbox_common.parameters import MAX_WORD_TOKENS as MAX_WORD_TOKENS  # defined there
 from tritonbox_common.parameters import MAX_WORDS
-
-MAX_WORD_TOKENS = 32
 
 NO_WORDS: tuple[tuple[int], tuple[int]] = ((0,), (-1,))
 

@@ -23,7 +23,9 @@ def test_the_request_model_and_openapi_schema_use_the_definitions() -> None:
     schema = GenerationInput.model_json_schema()["properties"]
     for parameter in ALL_PARAMETERS:
         field = schema[parameter.name]
-        assert field["description"] == parameter.hint
+        assert field["description"] == parameter.description
+        assert parameter.hint in field["description"]
+        assert str(parameter.size_limit or "") in field["description"]
         if parameter.default is not None:
             assert field["default"] == parameter.default
         if parameter.le is not None:

@@ -1,10 +1,11 @@
 """OpenAI-compatible request and response models (the subset this engine can honour).
 
 Options the engine cannot honour are refused with a message rather than ignored: `n` above
-MAX_CHOICES, `best_of` > 1, `suffix` (422, by validation), `echo` (400: no prompt log-probs from
-the engine), log-probs with `n` > 1 (400), and top log-probs (`top_logprobs` or completions'
-`logprobs` above 0) on an engine without them (400; TensorRT-LLM 0.20 returns the chosen
-token's log-prob only). `n` up to MAX_CHOICES, `logprobs` and `top_logprobs` (chat) and
+MAX_CHOICES, `best_of` > 1, `suffix` (by validation), `echo` (no prompt log-probs from
+the engine), log-probs with `n` > 1, and top log-probs (`top_logprobs` or completions'
+`logprobs` above 0) on an engine without them (TensorRT-LLM 0.20 returns the chosen
+token's log-prob only); every refusal is a 400 naming the client's field
+(routes/openai_errors.py). `n` up to MAX_CHOICES, `logprobs` and `top_logprobs` (chat) and
 `logprobs` 0-5 (completions) are honoured.
 TritonBox's extra sampling options (top_k, repetition_penalty, min_tokens, bad_words) and
 vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does.
@@ -38,7 +39,7 @@ class _OpenAIRequest(BaseModel):
     presence_penalty: float = p.PRESENCE_PENALTY.field()
     frequency_penalty: float = p.FREQUENCY_PENALTY.field()
     seed: int | None = p.SEED.field()
-    stop: p.Word | p.WordList | None = Field(default=None, description=p.STOP_WORDS.hint)
+    stop: p.Word | p.WordList | None = Field(default=None, description=p.STOP_WORDS.description)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(
@@ -53,7 +54,7 @@ class _OpenAIRequest(BaseModel):
     top_k: int = p.TOP_K.field()
     repetition_penalty: float = p.REPETITION_PENALTY.field()
     min_tokens: int = p.MIN_TOKENS.field()
-    bad_words: p.WordList | None = Field(default=None, description=p.BAD_WORDS.hint)
+    bad_words: p.WordList | None = Field(default=None, description=p.BAD_WORDS.description)
     ignore_eos: bool = p.IGNORE_EOS.field()  # vLLM's name and meaning
 
     def _generation(self, **prompt: Any) -> GenerationInput:

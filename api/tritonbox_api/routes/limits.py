@@ -21,6 +21,10 @@ class Limits(BaseModel):
     max_beam_width: int = Field(description="Largest beam_width (MAX_BEAM_WIDTH).")
     max_words: int = Field(description="Most words in a stop-word or bad-word list.")
     max_word_chars: int = Field(description="Longest stop word or bad word, in characters.")
+    max_word_tokens: int = Field(
+        description="Longest stop word or bad word, in the engine's tokens (each spelling: "
+        "as given, and with a leading space added or removed)."
+    )
 
 
 @router.get("/limits", response_model=Limits)
@@ -37,4 +41,5 @@ async def limits(services: ServicesDep) -> Limits:
         max_beam_width=services.settings.max_beam_width,
         max_words=p.MAX_WORDS,
         max_word_chars=p.MAX_WORD_CHARS,
+        max_word_tokens=p.MAX_WORD_TOKENS,
     )

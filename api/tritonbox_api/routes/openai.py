@@ -19,6 +19,7 @@ from tritonbox_api.protocol.openai import (
     ModelList,
 )
 from tritonbox_api.routes.common import prediction_headers, start
+from tritonbox_api.routes.openai_errors import REFUSED, OpenAIRoute, client_named
 from tritonbox_api.routes.openai_logprobs import LogprobShape
 from tritonbox_api.routes.openai_shape import Shape, error_body, usage
 from tritonbox_api.routes.sse import EventStream, frame
@@ -27,7 +28,8 @@ from tritonbox_api.service.runner import Started
 from tritonbox_api.service.running import ChoiceText
 from tritonbox_api.triton_gateway import TritonUnavailableError
 
-router = APIRouter(prefix="/v1", tags=["openai"], dependencies=Guarded)
+# Refusals are 400 here, with OpenAI's body and the client's field names (openai_errors.py).
+router = APIRouter(prefix="/v1", tags=["openai"], dependencies=Guarded, route_class=OpenAIRoute)
 
 
 async def _sse(
@@ -71,6 +73,20 @@ async def _sse(
 
 
 async def _complete(
+    request: Request,
+    services: Services,
+    body: CompletionRequest | ChatCompletionRequest,
+    *,
+    chat: bool,
+) -> Response:
+    try:
+        return await _answer(request, services, body, chat=chat)
+    except ApiError as error:
+        # Checked once translated to GenerationInput: named as the client sent them again.
+        raise client_named(error, body, chat=chat) from None
+
+
+async def _answer(
     request: Request,
     services: Services,
     body: CompletionRequest | ChatCompletionRequest,
@@ -144,12 +160,12 @@ async def _adapter_of(services: Services, model: str) -> str | None:
     )
 
 
-@router.post("/completions")
+@router.post("/completions", responses={400: REFUSED})
 async def completions(body: CompletionRequest, request: Request, services: ServicesDep) -> Response:
     return await _complete(request, services, body, chat=False)
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", responses={400: REFUSED})
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, services: ServicesDep
 ) -> Response:

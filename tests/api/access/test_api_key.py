@@ -54,6 +54,9 @@ def app_routes() -> set[tuple[str, str]]:
 
 
 ROUTES = sorted(app_routes())
+# HEAD is answered wherever GET is (HeadMiddleware): it must be guarded exactly like the GET.
+HEADS = sorted(("HEAD", path) for method, path in ROUTES if method == "GET")
+PUBLIC_HEADS = {("HEAD", path) for method, path in PUBLIC}
 
 
 def test_the_enumeration_sees_every_kind_of_route() -> None:
@@ -84,7 +87,9 @@ def keyed_api(triton_server: Any, tmp_path_factory: pytest.TempPathFactory) -> I
         running.stop()
 
 
-@pytest.mark.parametrize(("method", "path"), [r for r in ROUTES if r not in PUBLIC])
+@pytest.mark.parametrize(
+    ("method", "path"), [r for r in ROUTES + HEADS if r not in PUBLIC | PUBLIC_HEADS]
+)
 def test_a_guarded_route_refuses_a_missing_or_wrong_key(
     keyed_api: RunningApi, method: str, path: str
 ) -> None:
@@ -95,12 +100,13 @@ def test_a_guarded_route_refuses_a_missing_or_wrong_key(
         assert KEY not in answer.text
 
 
-@pytest.mark.parametrize(("method", "path"), sorted(PUBLIC))
+@pytest.mark.parametrize(("method", "path"), sorted(PUBLIC | PUBLIC_HEADS))
 def test_a_public_route_answers_without_a_key(
     keyed_api: RunningApi, method: str, path: str
 ) -> None:
     answer = _call(keyed_api.url, method, path, {})
     assert answer.status_code != 401, (method, path)
+    assert method != "HEAD" or answer.content == b""
 
 
 def test_a_permalink_reads_one_prediction_and_lists_nothing(keyed_api: RunningApi) -> None:
