@@ -25,11 +25,19 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a git commit hash: a revision that ne
 PEFT_FILES = ["adapter_config.json", "adapter_model.safetensors"]
 
 
+def _local_folder(source: str) -> Path | None:
+    try:
+        folder = Path(source).expanduser()
+        return folder.resolve() if folder.is_dir() else None
+    except (OSError, RuntimeError, ValueError):  # too long, `~` of no user, a NUL: no folder
+        return None
+
+
 def fetch(name: str, source: str, *, cache_dir: Path, token: str | None) -> Path:
     """The local folder holding the adapter's two files; AdapterError naming `name` if none."""
-    folder = Path(source).expanduser()
-    if folder.is_dir():
-        return folder.resolve()
+    folder = _local_folder(source)
+    if folder is not None:
+        return folder
     if not _REPO_ID.match(source):
         raise AdapterError(
             f"adapter {name}: source {source!r} is neither a local folder nor a Hugging Face "

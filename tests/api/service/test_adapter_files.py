@@ -77,6 +77,10 @@ def test_what_cannot_be_fetched_names_the_adapter(tmp_path: Path, offline: None)
         fetch("ghost", "acme/missing", cache_dir=tmp_path, token=None)
     with pytest.raises(AdapterError, match=r"adapter odd: source 'not a repo' is neither"):
         fetch("odd", "not a repo", cache_dir=tmp_path, token=None)
+    # Sources no folder can have (schemathesis found each a 500): refused the same way.
+    for source in ("0" * 5000, "~nobody-here-at-all/x", "a\x00b"):
+        with pytest.raises(AdapterError, match=r"adapter odd: source .* is neither"):
+            fetch("odd", source, cache_dir=tmp_path, token=None)
 
 
 # What the cpu engine takes with MAX_LORA_RANK=8.
