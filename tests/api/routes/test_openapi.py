@@ -91,8 +91,9 @@ def test_401_is_declared_exactly_where_the_key_is_checked() -> None:
     assert sum(map(_guarded, routes)) >= 10  # the walk sees the guard
     for route in routes:
         for method in route.methods or ():
-            declared = "401" in operations[(method, route.path_format)]["responses"]
-            assert declared == _guarded(route), (method, route.path_format)
+            path = str(route.path_format)
+            declared = "401" in operations[(method, path)]["responses"]
+            assert declared == _guarded(route), (method, path)
 
 
 def _declared(method: str, path: str, answer: httpx.Response) -> None:
