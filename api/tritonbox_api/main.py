@@ -26,6 +26,7 @@ from tritonbox_api.routes import (
     predict,
     predictions,
 )
+from tritonbox_api.routes import responses as openapi_responses
 from tritonbox_api.security_headers import SecurityHeadersMiddleware
 from tritonbox_api.service.adapters import AdapterService
 from tritonbox_api.service.engine_context import EngineContextLoader
@@ -101,4 +102,5 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_middleware(SecurityHeadersMiddleware)
     for module in (health, predict, predictions, limits, openai, adapters, permalink):
         app.include_router(module.router)
+    openapi_responses.install(app)
     return app

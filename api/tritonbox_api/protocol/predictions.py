@@ -78,6 +78,24 @@ class PredictionOut(BaseModel):
     urls: PredictionUrls
 
 
+class PredictUsage(BaseModel):
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+class PredictOut(BaseModel):
+    """`POST /predict` with `"stream": false`: the whole output, however it ended."""
+
+    id: str
+    output: str
+    status: Status
+    finish_reason: FinishReason | None
+    stop_word: str | None
+    error: str | None
+    usage: PredictUsage
+    urls: PredictionUrls
+
+
 class PredictionList(BaseModel):
     results: list[PredictionOut]
     next: str | None = Field(description="URL of the next (older) page, if any.")

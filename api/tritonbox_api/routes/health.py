@@ -5,11 +5,23 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 
 from tritonbox_api.deps import ServicesDep
 from tritonbox_api.processes import metrics_registry
+from tritonbox_api.routes.responses import TEXT, errors
 
 router = APIRouter(tags=["health"])
+
+
+class Readiness(BaseModel):
+    status: str
+    triton: str
+    database: str
+    tokenizer: str
+
+
+_NOT_READY = errors(503)[503] | {"model": Readiness, "description": "Not ready: the body says why."}
 
 
 @router.get("/healthz")
@@ -18,7 +30,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={200: {"model": Readiness}, 503: _NOT_READY})
 async def readyz(services: ServicesDep) -> Response:
     """Ready when Triton is live and ready, the database is writable and this process has the
     engine's tokenizer (loaded in the background from its start)."""
@@ -36,7 +48,13 @@ async def readyz(services: ServicesDep) -> Response:
                         headers={} if ready else {"Retry-After": "5"})  # fmt: skip
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {"description": "Prometheus' text format.", "content": {CONTENT_TYPE_LATEST: TEXT}}
+    },
+)
 async def metrics() -> Response:
     # Summed over every api worker when there are several (processes.py).
     return Response(generate_latest(metrics_registry()), media_type=CONTENT_TYPE_LATEST)

@@ -8,10 +8,11 @@ from pydantic import BaseModel, Field
 
 from tritonbox_api.deps import Guarded, ServicesDep
 from tritonbox_api.protocol.errors import unavailable
+from tritonbox_api.routes.responses import GUARDED, errors
 from tritonbox_api.triton_gateway import TritonUnavailableError
 from tritonbox_common import parameters as p
 
-router = APIRouter(prefix="/v1", tags=["predictions"], dependencies=Guarded)
+router = APIRouter(prefix="/v1", tags=["predictions"], dependencies=Guarded, responses=GUARDED)
 
 
 class Limits(BaseModel):
@@ -27,7 +28,7 @@ class Limits(BaseModel):
     )
 
 
-@router.get("/limits", response_model=Limits)
+@router.get("/limits", response_model=Limits, responses=errors(503))
 async def limits(services: ServicesDep) -> Limits:
     """What this engine accepts: the bounds the api checks every request against."""
     try:

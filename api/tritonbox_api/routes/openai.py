@@ -22,6 +22,7 @@ from tritonbox_api.routes.common import prediction_headers, start
 from tritonbox_api.routes.openai_errors import REFUSED, OpenAIRoute, client_named
 from tritonbox_api.routes.openai_logprobs import LogprobShape
 from tritonbox_api.routes.openai_shape import Shape, error_body, usage
+from tritonbox_api.routes.responses import EVENT_STREAM, GENERATING, GUARDED, errors, streamed
 from tritonbox_api.routes.sse import EventStream, frame
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
@@ -29,7 +30,19 @@ from tritonbox_api.service.running import ChoiceText
 from tritonbox_api.triton_gateway import TritonUnavailableError
 
 # Refusals are 400 here, with OpenAI's body and the client's field names (openai_errors.py).
-router = APIRouter(prefix="/v1", tags=["openai"], dependencies=Guarded, route_class=OpenAIRoute)
+router = APIRouter(
+    prefix="/v1",
+    tags=["openai"],
+    dependencies=Guarded,
+    responses=GUARDED,
+    route_class=OpenAIRoute,
+)
+# A completion: JSON, or with `stream` OpenAI's chunks, each a `data:` event, then `[DONE]`.
+# Refused: 400 (never 422); not finished: 499 when cancelled, 502 when the engine failed it.
+COMPLETION = {
+    **streamed(200, EVENT_STREAM, "The completion, or with `stream` its chunks as events."),
+    **errors(400, *GENERATING, 499, 502, notes={400: REFUSED}),
+}
 
 
 async def _sse(
@@ -160,12 +173,12 @@ async def _adapter_of(services: Services, model: str) -> str | None:
     )
 
 
-@router.post("/completions", responses={400: REFUSED})
+@router.post("/completions", responses=COMPLETION)
 async def completions(body: CompletionRequest, request: Request, services: ServicesDep) -> Response:
     return await _complete(request, services, body, chat=False)
 
 
-@router.post("/chat/completions", responses={400: REFUSED})
+@router.post("/chat/completions", responses=COMPLETION)
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, services: ServicesDep
 ) -> Response:
@@ -189,13 +202,13 @@ async def _model_cards(services: Services) -> list[ModelCard]:
     return [ModelCard(id=name, created=0, root=name), *adapters]
 
 
-@router.get("/models", response_model=ModelList)
+@router.get("/models", response_model=ModelList, responses=errors(503))
 async def models(services: ServicesDep) -> ModelList:
     """The base model, then every registered LoRA adapter (`parent`: the base)."""
     return ModelList(data=await _model_cards(services))
 
 
-@router.get("/models/{model_id}", response_model=ModelCard)
+@router.get("/models/{model_id}", response_model=ModelCard, responses=errors(404, 503))
 async def model(model_id: str, services: ServicesDep) -> ModelCard:
     """One model: the base or an adapter (the openai SDK's `models.retrieve`)."""
     for card in await _model_cards(services):

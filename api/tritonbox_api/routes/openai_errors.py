@@ -18,13 +18,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from tritonbox_api.errors import validation_error
-from tritonbox_api.protocol.errors import ApiError, ErrorResponse
+from tritonbox_api.protocol.errors import ApiError
 
-# The OpenAPI document's 400 of these routes.
-REFUSED: dict[str, Any] = {
-    "model": ErrorResponse,
-    "description": "A refused request: `error.param` names the field as the client sent it.",
-}
+# What the OpenAPI document says of these routes' 400.
+REFUSED = "A refused request: `error.param` names the field as the client sent it."
 _NAME = re.compile(r"^([A-Za-z_]+)(.*)$", re.DOTALL)
 
 

@@ -10,13 +10,19 @@ from tritonbox_api.db import crud
 from tritonbox_api.db.models import Prediction
 from tritonbox_api.deps import ServicesDep
 from tritonbox_api.pages.permalink import render_not_found, render_permalink
+from tritonbox_api.routes.responses import TEXT
 
 # Open to whoever holds the link, with or without API_KEY: the id (192 random bits) is the
 # capability, as with Replicate's shared predictions. The page links to nothing that lists others.
 router = APIRouter(prefix="/p", tags=["permalink"])
+HTML = {"text/html": TEXT}
 
 
-@router.get("/{prediction_id}", response_class=HTMLResponse)
+@router.get(
+    "/{prediction_id}",
+    response_class=HTMLResponse,
+    responses={404: {"description": "No such prediction: a page saying so.", "content": HTML}},
+)
 async def permalink(prediction_id: str, services: ServicesDep) -> HTMLResponse:
     def read(session: Session) -> Prediction | None:
         return crud.get_prediction(session=session, id=prediction_id)

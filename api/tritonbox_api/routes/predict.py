@@ -9,12 +9,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from tritonbox_api.db.models import Source, Status
 from tritonbox_api.deps import Guarded, ServicesDep
-from tritonbox_api.protocol.predictions import PredictRequest, prediction_urls
+from tritonbox_api.protocol.predictions import (
+    PredictOut,
+    PredictRequest,
+    PredictUsage,
+    prediction_urls,
+)
 from tritonbox_api.routes.common import prediction_headers, start
+from tritonbox_api.routes.responses import GENERATING, GUARDED, TEXT, errors
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 
-router = APIRouter(tags=["predict"], dependencies=Guarded)
+router = APIRouter(tags=["predict"], dependencies=Guarded, responses=GUARDED)
 
 
 async def _text(started: Started) -> AsyncIterator[str]:
@@ -27,7 +33,17 @@ async def _text(started: Started) -> AsyncIterator[str]:
             yield event
 
 
-@router.post("/predict")
+@router.post(
+    "/predict",
+    responses={
+        200: {
+            "model": PredictOut,
+            "description": 'The output as plain-text chunks, or with `"stream": false` JSON.',
+            "content": {"text/plain": TEXT},
+        },
+        **errors(400, 422, *GENERATING),
+    },
+)
 async def predict(body: PredictRequest, request: Request, services: ServicesDep) -> Response:
     """Plain-text chunks by default; `"stream": false` answers JSON with the whole output."""
     params = body.model_copy()
@@ -45,17 +61,17 @@ async def predict(body: PredictRequest, request: Request, services: ServicesDep)
     urls = prediction_urls(
         prediction.id, public_url=settings.public_url, playground_url=settings.playground_url
     )
-    body_json = {
-        "id": prediction.id,
-        "output": prediction.output,
-        "status": prediction.status.value,
-        "finish_reason": prediction.finish_reason.value if prediction.finish_reason else None,
-        "stop_word": prediction.stop_word,
-        "error": prediction.error,
-        "usage": {
-            "prompt_tokens": prediction.prompt_tokens,
-            "completion_tokens": prediction.completion_tokens,
-        },
-        "urls": urls.model_dump(),
-    }
-    return JSONResponse(body_json, headers=headers)
+    whole = PredictOut(
+        id=prediction.id,
+        output=prediction.output,
+        status=prediction.status,
+        finish_reason=prediction.finish_reason,
+        stop_word=prediction.stop_word,
+        error=prediction.error,
+        usage=PredictUsage(
+            prompt_tokens=prediction.prompt_tokens,
+            completion_tokens=prediction.completion_tokens,
+        ),
+        urls=urls,
+    )
+    return JSONResponse(whole.model_dump(mode="json"), headers=headers)

@@ -22,6 +22,13 @@ from tritonbox_api.protocol.predictions import (
     prediction_out,
 )
 from tritonbox_api.routes.common import prediction_headers, start
+from tritonbox_api.routes.responses import (
+    EVENT_STREAM,
+    GENERATING,
+    GUARDED,
+    errors,
+    streamed,
+)
 from tritonbox_api.routes.sse import EventStream, frame
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
@@ -49,7 +56,23 @@ async def _sse(services: Services, started: Started) -> AsyncIterator[bytes]:
             yield frame(event, "output")
 
 
-@router.post("", response_model=PredictionOut, status_code=201, dependencies=Guarded)
+@router.post(
+    "",
+    response_model=PredictionOut,
+    status_code=201,
+    dependencies=Guarded,
+    responses={
+        # Streamed, it is answered 200 (the events start before the prediction is done).
+        **streamed(
+            200,
+            EVENT_STREAM,
+            "With `stream`: its events (`output` chunks, `error` if it failed, `done` with the "
+            "prediction).",
+        ),
+        **GUARDED,
+        **errors(400, 422, *GENERATING),
+    },
+)
 async def create_prediction(
     body: PredictionCreate, request: Request, services: ServicesDep
 ) -> Response:
@@ -69,7 +92,9 @@ async def create_prediction(
     return JSONResponse(final.model_dump(mode="json"), status_code=201, headers=headers)
 
 
-@router.get("", response_model=PredictionList, dependencies=Guarded)
+@router.get(
+    "", response_model=PredictionList, dependencies=Guarded, responses={**GUARDED, **errors(422)}
+)
 async def list_predictions(
     services: ServicesDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -105,12 +130,17 @@ async def _get(services: Services, prediction_id: str) -> Prediction:
     return row
 
 
-@router.get("/{prediction_id}", response_model=PredictionOut)
+@router.get("/{prediction_id}", response_model=PredictionOut, responses=errors(404))
 async def get_prediction(prediction_id: str, services: ServicesDep) -> PredictionOut:
     return _out(services, await _get(services, prediction_id))
 
 
-@router.post("/{prediction_id}/cancel", response_model=PredictionOut, dependencies=Guarded)
+@router.post(
+    "/{prediction_id}/cancel",
+    response_model=PredictionOut,
+    dependencies=Guarded,
+    responses={**GUARDED, **errors(404)},
+)
 async def cancel_prediction(prediction_id: str, services: ServicesDep) -> PredictionOut:
     """Cancel a running prediction (a finished one is returned as it is)."""
     # The running registry first: a just-started prediction's row may not be written yet.
