@@ -4,7 +4,6 @@ seed; streamed chunks carry their index; usage and the prediction row keep every
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -13,17 +12,6 @@ import pytest
 
 PROMPT = "Once upon a time"
 SAMPLED: Any = {"max_tokens": 12, "temperature": 1.0, "top_p": 1.0, "seed": 1234}
-
-
-@pytest.fixture
-def client(api_server: Any) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{api_server.url}/v1", api_key="unused", max_retries=0) as sdk:
-        yield sdk
-
-
-@pytest.fixture
-def model(client: openai.OpenAI) -> str:
-    return client.models.list().data[0].id
 
 
 def test_each_choice_is_the_answer_to_its_seed(

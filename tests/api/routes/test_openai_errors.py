@@ -4,7 +4,7 @@ after the request became the api's own GenerationInput (stop words' tokens, max_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -13,17 +13,6 @@ import pytest
 
 MESSAGES: Any = [{"role": "user", "content": "Hi"}]
 LONG_WORD = "1 2 3 4 5 6 7 8 9 " * 5  # 90 characters, far more than 32 tokens
-
-
-@pytest.fixture
-def client(api_server: Any) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{api_server.url}/v1", api_key="unused", max_retries=0) as sdk:
-        yield sdk
-
-
-@pytest.fixture
-def model(client: openai.OpenAI) -> str:
-    return client.models.list().data[0].id
 
 
 def refusal(call: Callable[[], Any]) -> dict[str, Any]:

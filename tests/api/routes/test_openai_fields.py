@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
-import pytest
 
 MESSAGES: Any = [{"role": "user", "content": "What is the capital of France?"}]
 LONG = 60  # far more than the default model's short answer to MESSAGES
-
-
-@pytest.fixture
-def client(api_server: Any) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{api_server.url}/v1", api_key="unused", max_retries=0) as sdk:
-        yield sdk
-
-
-@pytest.fixture
-def model(client: openai.OpenAI) -> str:
-    return client.models.list().data[0].id
 
 
 def test_ignore_eos_runs_to_max_tokens(client: openai.OpenAI, model: str) -> None:

@@ -3,7 +3,6 @@ equal to transformers' log-softmax of the same checkpoint, in OpenAI's shapes, s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,17 +18,6 @@ from tritonbox_triton.settings import DEFAULT_MODEL_NAME
 MESSAGES: Any = [{"role": "user", "content": "What is the capital of France?"}]
 TOKENS = 12
 TOLERANCE = 1e-4
-
-
-@pytest.fixture
-def client(api_server: Any) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{api_server.url}/v1", api_key="unused", max_retries=0) as sdk:
-        yield sdk
-
-
-@pytest.fixture
-def model(client: openai.OpenAI) -> str:
-    return client.models.list().data[0].id
 
 
 @pytest.fixture(scope="module")

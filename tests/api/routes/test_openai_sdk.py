@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -13,13 +12,8 @@ MESSAGES: Any = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture
-def client(api_server: Any) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{api_server.url}/v1", api_key="unused", max_retries=0) as sdk:
-        yield sdk
-
-
-@pytest.fixture
 def model(client: openai.OpenAI) -> str:
+    """The base model, and it alone (no adapter registered by this module)."""
     models = client.models.list().data
     assert len(models) == 1
     return models[0].id
