@@ -249,8 +249,8 @@ class PredictionService:
         if isinstance(failure, TritonUnavailableError):
             return _Outcome(Status.FAILED, str(failure), retryable=True)
         if isinstance(failure, TritonRequestError):
-            if not progress.others:  # with several choices, the failed one marked itself
-                progress.engine_finished = True  # an error response is the request's last
+            # The engine's error ended that choice's request (_stream marked it); any other
+            # choice, or a request whose answer the api refused, is still stopped.
             # A restarting Triton answers "unknown model" before its models are back; a full
             # engine queue (MAX_QUEUE_SIZE) refuses for now only.
             retryable = progress.completion_tokens == 0 and (
@@ -337,10 +337,10 @@ class PredictionService:
             async for chunk in self._gateway.stream(prepared.request):
                 yield chunk
         except TritonRequestError as error:
-            progress.engine_finished = True  # an error response is the request's last
             adapter = prepared.adapter
             resend = adapter is not None and adapter.lora.weights is None
             if not resend or NOT_IN_CACHE not in str(error) or progress.completion_tokens:
+                progress.engine_finished = True  # an error response is the request's last
                 raise
             assert adapter is not None
             log.info("adapter %s: not in the engine's cache; sending its weights", adapter.name)
