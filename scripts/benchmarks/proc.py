@@ -88,3 +88,15 @@ def server_listening_on(port: int, program: bytes) -> int:
                 if argv[0].endswith(b"/" + program) and str(port).encode() in argv:
                     return int(entry.name)
     raise LookupError(f"no {program.decode()} process on port {port}")
+
+
+def rss_bytes(pids: list[int]) -> int:
+    """Resident memory of these processes now, summed (pages shared between them count once per
+    process, as `ps` shows them: an upper bound)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            status = Path(f"/proc/{pid}/status").read_text()
+            line = next(row for row in status.splitlines() if row.startswith("VmRSS:"))
+            total += int(line.split()[1]) * 1024
+    return total

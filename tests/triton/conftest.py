@@ -25,12 +25,12 @@ def tokenizer_dir() -> Path:
 @pytest.fixture(scope="session")
 def model(tokenizer_dir: Path) -> Any:
     """The real default model, for reference `generate()` runs and in-process engine tests."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    from tritonbox_triton.engine.attention import load_model
+    from tritonbox_triton.engine.dtype import engine_dtype
 
-    loaded = AutoModelForCausalLM.from_pretrained(tokenizer_dir, dtype=torch.float32)
-    loaded.eval()
-    return loaded
+    # As the served engine runs it on this machine (CPU_DTYPE=auto): generate() on this model is
+    # the reference the engine must reproduce token for token.
+    return load_model(tokenizer_dir, engine_dtype("auto"))
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
@@ -165,6 +165,12 @@ class TritonSettings(BaseSettings):
     )
     cpu_threads: int = Field(
         default=0, ge=0, le=512, description="cpu: torch threads of the engine (0 = all cores)."
+    )
+    cpu_dtype: Literal["auto", "bfloat16", "float32"] = Field(
+        default="auto",
+        description="cpu: the engine's weights and activations. auto = bfloat16 where the CPU "
+        "computes it natively (AVX512-BF16 or AMX), float32 elsewhere; the choice is logged at "
+        "start.",
     )
     max_lora_rank: int = Field(
         default=64,

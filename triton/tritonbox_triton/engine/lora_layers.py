@@ -127,6 +127,10 @@ class LoraLinear(nn.Module):
         # One adapter (every prefill, a single-adapter batch): its own tensors, no copy.
         a = a_parts[0] if len(a_parts) == 1 else torch.cat(a_parts) if a_parts else None
         b = b_parts[0] if len(b_parts) == 1 else torch.cat(b_parts, dim=1) if b_parts else None
+        # Adapters are converted in float32; the engine may run in bfloat16.
+        dtype = self.base.weight.dtype
+        a = None if a is None else a.to(dtype)
+        b = None if b is None else b.to(dtype)
         masks = torch.zeros(len(groups) + 1, 1, start)
         for group, first, end in segments:
             masks[group, 0, first:end] = 1

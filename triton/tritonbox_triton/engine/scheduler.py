@@ -139,7 +139,7 @@ class InflightBatcher:
         self._observer: EngineObserver = observer or _NullObserver()
         self._waiting: deque[EngineRequest] = deque()
         self._running: list[_Running] = []
-        self._kv = BatchedKVCache()
+        self._kv = BatchedKVCache(self._max_batch_size)
         self._wakeup = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -386,4 +386,4 @@ class InflightBatcher:
             run.request.sink.on_error(message)
             self._observer.on_finished("error")
         self._running = []
-        self._kv = BatchedKVCache()
+        self._kv = BatchedKVCache(self._max_batch_size)

@@ -26,6 +26,7 @@ import triton_python_backend_utils as pb_utils
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tritonbox_common.word_lists import decode_word_list
+from tritonbox_triton.engine.dtype import describe, engine_dtype
 from tritonbox_triton.engine.lora_cache import LORA_INPUTS, LoraCache, LoraResolver
 from tritonbox_triton.engine.lora_layers import LoraRows, attach_lora
 from tritonbox_triton.engine.params import (
@@ -217,7 +218,9 @@ class TritonPythonModel:
             torch.set_num_threads(threads)
         model_dir = params["model_dir"]
         self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        dtype_setting = params.get("cpu_dtype", "auto")
+        dtype = engine_dtype(dtype_setting)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
         model.eval()
         max_input_len, max_output_len = int(params["max_input_len"]), int(params["max_output_len"])
         max_batch_size = int(params["max_batch_size"])
@@ -242,8 +245,8 @@ class TritonPythonModel:
         )
         self._engine.start()
         pb_utils.Logger.log_info(
-            f"cpu engine ready: {model_dir}, {torch.get_num_threads()} threads, "
-            f"decoupled={self._decoupled}"
+            f"cpu engine ready: {model_dir}, {describe(dtype_setting, dtype)}, "
+            f"{torch.get_num_threads()} threads, decoupled={self._decoupled}"
         )
 
     def _init_lora(self, model: Any, params: dict[str, str]) -> LoraRows | None:

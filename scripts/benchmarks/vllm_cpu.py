@@ -1,0 +1,212 @@
+"""Benchmark the cpu engine against vLLM's CPU build on the same machine, side by side.
+
+One server at a time, and the servers take turns: each repeat starts vLLM (bf16, 2 OpenMP
+threads) and measures it, stops it, then starts TritonBox (tritonserver with the cpu engine, and
+the api) and measures it through the api's `POST /v1/completions` and directly through Triton's
+gRPC ensemble, interleaved, then stops it; the next repeat starts with the other one. Every
+request streams, sends the same 39-token prompt and is forced to exactly --tokens output tokens
+(`min_tokens` and `ignore_eos`), and every count is checked. Beside each batch: the CPU the
+rest of the machine used meanwhile. Writes docs/benchmark-vllm-cpu.md and its plot. Usage:
+
+    scripts/benchmark vllm-cpu [--tokens 128] [--concurrency 1 4 8 16] [--repeats 3] [--no-vllm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from scripts.benchmarks.load import One, Sample, sse
+from scripts.benchmarks.proc import (
+    cpu_seconds,
+    machine_cpu_seconds,
+    process_group_of,
+    process_tree,
+    rss_bytes,
+)
+from scripts.benchmarks.servers import start_api, start_cpu_engine
+from scripts.benchmarks.vllm_env import install, start_vllm
+from scripts.benchmarks.vllm_report import Batch, Server, report
+from transformers import AutoTokenizer
+
+from tritonbox_common.client import GenerationRequest, TritonLLMClient
+
+REPO = Path(__file__).resolve().parents[2]
+# 39 tokens with SmolLM2's tokenizer (checked at start), as in the measurement that set the goal.
+PROMPT = (
+    "The history of the printing press begins in the fifteenth century, when Johannes "
+    "Gutenberg combined movable metal type, oil-based ink and a wooden press. Explain in a few "
+    "short paragraphs why it mattered so"
+)
+PROMPT_TOKENS = 39
+SAMPLING = {"temperature": 0.0, "seed": 1}
+
+
+def engine_process(group: list[int]) -> list[int]:
+    """The Python-backend stub that runs the cpu engine, among tritonserver's processes."""
+    return [
+        pid for pid in group
+        if b"/tensorrt_llm/1/model.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]  # fmt: skip
+
+
+def openai_path(http: httpx.AsyncClient, base: str, model: str) -> One:
+    """A streamed `POST /v1/completions` forced to n tokens, counted by its usage chunk."""
+
+    async def one(tokens: int) -> Sample:
+        body = {
+            "model": model, "prompt": PROMPT, "max_tokens": tokens, "min_tokens": tokens,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+            **SAMPLING,
+        }  # fmt: skip
+        started = time.perf_counter()
+        events = await sse(http, f"{base}/v1/completions", body)
+        first = next(at for at, e in events if e.get("choices") and e["choices"][0]["text"])
+        usage = events[-1][1]["usage"]
+        if usage["prompt_tokens"] != PROMPT_TOKENS:
+            raise RuntimeError(f"{base}: {usage['prompt_tokens']} prompt tokens")
+        return first - started, int(usage["completion_tokens"])
+
+    return one
+
+
+def triton_path(grpc: TritonLLMClient) -> One:
+    """Straight to Triton's ensemble over gRPC with the api's own client."""
+
+    async def one(tokens: int) -> Sample:
+        sampling = {**SAMPLING, "min_tokens": tokens, "end_id": -1}
+        started, ttft, count = time.perf_counter(), 0.0, 0
+        async for chunk in grpc.stream(GenerationRequest(PROMPT, tokens, sampling=sampling)):
+            if chunk.ids and not count:
+                ttft = time.perf_counter() - started
+            count += len(chunk.ids)
+        return ttft, count
+
+    return one
+
+
+async def run_batch(
+    name: str, one: One, concurrency: int, requests: int, tokens: int, pids: list[int]
+) -> Batch:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def gated() -> tuple[float, int, float]:
+        async with gate:
+            started = time.perf_counter()
+            ttft, count = await one(tokens)
+            return ttft, count, time.perf_counter() - started
+
+    server_before, client_before = cpu_seconds(pids), sum(os.times()[:2])
+    machine_before, started = machine_cpu_seconds(), time.perf_counter()
+    samples = await asyncio.gather(*(gated() for _ in range(requests)))
+    wall = time.perf_counter() - started
+    if any(count != tokens for _, count, _ in samples):
+        counts = [count for _, count, _ in samples]
+        raise RuntimeError(f"{name}: expected {tokens} tokens each, got {counts}")
+    own = cpu_seconds(pids) - server_before + sum(os.times()[:2]) - client_before
+    others = max(0.0, machine_cpu_seconds() - machine_before - own) / wall
+    return Batch(name, concurrency, wall, list(samples), others)
+
+
+async def measure(
+    paths: dict[str, One], args: argparse.Namespace, pids: Callable[[], list[int]], rep: int
+) -> list[Batch]:
+    batches = []
+    for one in paths.values():  # warm-up: connections, caches, the first steps' allocations
+        await run_batch("warm-up", one, max(args.concurrency), max(args.concurrency), 8, pids())
+    for concurrency in args.concurrency:
+        requests = max(4, concurrency * args.waves)
+        names = list(paths)
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            batch = await run_batch(name, paths[name], concurrency, requests, args.tokens, pids())
+            batches.append(batch)
+            print(batch.line(), file=sys.stderr, flush=True)
+    return batches
+
+
+def serve_vllm(args: argparse.Namespace, executable: Path, folder: Path, rep: int) -> Server:
+    with contextlib.ExitStack() as stack:
+        url, pid, ready_s = start_vllm(stack, executable, args.model_dir, folder, 256)
+
+        async def go() -> list[Batch]:
+            async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
+                paths = {"vLLM CPU": openai_path(http, url, "model")}
+                return await measure(paths, args, lambda: process_tree(pid), rep)
+
+        batches = asyncio.run(go())
+        rss = {"all its processes": rss_bytes(process_tree(pid))}
+        return Server("vLLM CPU", ready_s, rss, batches)
+
+
+def serve_tritonbox(args: argparse.Namespace, folder: Path, rep: int) -> Server:
+    with contextlib.ExitStack() as stack:
+        started = time.monotonic()
+        settings = start_cpu_engine(stack, folder / "triton", max(args.concurrency))
+        url, api_pid = start_api(stack, folder / "api", settings.grpc_url, {})
+        ready_s = time.monotonic() - started
+        marker = f"--grpc-port={settings.triton_grpc_port}".encode()
+
+        def pids() -> list[int]:
+            return [*process_group_of(marker), *process_tree(api_pid)]
+
+        async def go() -> list[Batch]:
+            grpc = TritonLLMClient(settings.grpc_url)
+            async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
+                model = (await http.get(f"{url}/v1/models")).json()["data"][0]["id"]
+                paths = {
+                    "TritonBox api": openai_path(http, url, model),
+                    "TritonBox Triton": triton_path(grpc),
+                }
+                try:
+                    return await measure(paths, args, pids, rep)
+                finally:
+                    await grpc.close()
+
+        batches = asyncio.run(go())
+        rss = {
+            "the cpu engine's process": rss_bytes(engine_process(process_group_of(marker))),
+            "tritonserver, its stubs and the api": rss_bytes(pids()),
+        }
+        return Server("TritonBox", ready_s, rss, batches)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=128, help="output tokens per request")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--waves", type=int, default=2, help="requests per batch: concurrency ×")
+    parser.add_argument("--repeats", type=int, default=3, help="turns of each server")
+    parser.add_argument("--no-vllm", action="store_true", help="TritonBox only")
+    parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmark-vllm-cpu.md")
+    args = parser.parse_args()
+    args.model_dir = REPO / ".cache" / "models" / "SmolLM2-135M-Instruct"
+    count = len(AutoTokenizer.from_pretrained(args.model_dir)(PROMPT)["input_ids"])
+    if count != PROMPT_TOKENS:
+        raise SystemExit(f"the prompt is {count} tokens, not {PROMPT_TOKENS}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop what was started
+    executable = None if args.no_vllm else install()
+    servers: list[Server] = []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
+        for rep in range(args.repeats):
+            turns = ["vllm", "tritonbox"] if rep % 2 == 0 else ["tritonbox", "vllm"]
+            for turn in turns:
+                folder = Path(tmp) / f"{turn}-{rep}"
+                folder.mkdir()
+                if turn == "tritonbox":
+                    servers.append(serve_tritonbox(args, folder, rep))
+                elif executable is not None:
+                    servers.append(serve_vllm(args, executable, folder, rep))
+    note = None if args.no_vllm or executable else "vllm-cpu could not be installed here"
+    args.output.write_text(report(servers, args, time.monotonic() - started, note))
+    print(args.output.read_text())
+    return 0

