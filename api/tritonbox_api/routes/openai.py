@@ -117,9 +117,15 @@ async def _answer(
         raise ApiError(400, str(error), param=str(error).split(":")[0]) from None
     if top is not None and body.n > 1:
         raise ApiError(400, f"n: log-probs come with one choice only; got n={body.n}", param="n")
+    try:
+        guided = body.guided_decoding()
+    except ValueError as error:
+        raise ApiError(400, str(error), param=str(error).split(":")[0]) from None
+    if guided is not None:
+        params = params.model_copy(update={"guided_decoding": guided})
     if adapter is not None:
         params = params.model_copy(update={"adapter": adapter})
-    sent = body.model_dump(mode="json", exclude_unset=True)
+    sent = body.model_dump(mode="json", exclude_unset=True, by_alias=True)  # `schema`, `json`
     # `generation()` always sets max_tokens: whether the client did decides if the default may
     # be clamped to the engine's MAX_OUTPUT_LEN.
     given = "max_tokens" in sent or "max_completion_tokens" in sent

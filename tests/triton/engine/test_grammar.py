@@ -172,7 +172,7 @@ def test_guided_rows_beside_a_free_row_each_keep_their_own_rule(
         ),
         "free": run(engine, make_sink(), prompt, max_tokens=24),
     }
-    texts = {name: tokenizer.decode(sink.wait().tokens) for name, sink in sinks.items()}
+    texts = {name: str(tokenizer.decode(sink.wait().tokens)) for name, sink in sinks.items()}
     for name in ("schema", "sampled", "regex", "choice"):
         assert sinks[name].finish is EngineFinish.STOP, (name, texts[name])
         assert EOS not in sinks[name].tokens
@@ -201,7 +201,7 @@ def test_without_an_end_id_the_grammar_still_ends_the_answer(
     guide = compiler.compile("regex", r"[0-9]{2}")
     sink = run(engine, make_sink(), prompt, end_id=-1, guide=guide).wait()
     assert sink.finish is EngineFinish.STOP
-    assert re.fullmatch(r"[0-9]{2}", tokenizer.decode(sink.tokens))
+    assert re.fullmatch(r"[0-9]{2}", str(tokenizer.decode(sink.tokens)))
 
 
 def test_min_tokens_cannot_push_an_answer_out_of_its_grammar(

@@ -28,11 +28,9 @@ import torch
 import xgrammar as xgr
 
 from tritonbox_common.errors import RequestError
+from tritonbox_common.guided import GUIDE_INPUT, GUIDE_TYPE_INPUT, GUIDE_TYPES
 
-GUIDE_TYPE_INPUT = "guided_decoding_guide_type"
-GUIDE_INPUT = "guided_decoding_guide"
-# TensorRT-LLM 0.20's guide types (the backend's `guideTypeMapping`); "json" needs no guide.
-GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")
+__all__ = ["GUIDE_INPUT", "GUIDE_TYPE_INPUT", "Guide", "GuideCompiler", "GuideState"]
 # Compiled grammars kept: a schema compiles in about a millisecond but its token masks are
 # precomputed per grammar, which is what the cache saves for a repeated schema.
 CACHE_SIZE = 64
