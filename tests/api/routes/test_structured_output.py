@@ -194,7 +194,7 @@ def test_the_native_routes_take_the_engine_s_guide(api: httpx.Client) -> None:
         ({"guided_json": {"type": "objekt"}}, "guided_json", "schema.type"),
         ({"guided_grammar": 'start ::= "a"'}, "guided_grammar", "root"),
         ({"guided_choice": []}, "guided_choice", ""),
-        ({"guided_choice": ["a"], "guided_regex": "a"}, "guided_regex", "only one kind"),
+        ({"guided_choice": ["a"], "guided_regex": "a"}, "guided_choice", "only one kind"),
         ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs.choice", ""),
         ({"structured_outputs": {}}, "structured_outputs", "name one kind"),
         (
