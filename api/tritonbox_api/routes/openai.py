@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from tritonbox_api.db.models import Source, Status
+from tritonbox_api.db.models import Prediction, Source, Status
 from tritonbox_api.deps import Guarded, Services, ServicesDep
 from tritonbox_api.protocol.errors import ApiError, invalid, unavailable
 from tritonbox_api.protocol.openai import (
@@ -28,6 +28,7 @@ from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 from tritonbox_api.service.running import ChoiceText
 from tritonbox_api.triton_gateway import TritonUnavailableError
+from tritonbox_common.guided import GUIDE_INPUT
 
 # Refusals are 400 here, with OpenAI's body and the client's field names (openai_errors.py).
 router = APIRouter(
@@ -153,11 +154,21 @@ async def _answer(
         return EventStream(events, headers=headers, ping=10)
     prediction = (await started.result()).prediction
     if prediction.status is not Status.SUCCEEDED:
+        if guided is not None and _guide_refused(prediction):
+            # xgrammar refused what the api's own checks let through: the client's error.
+            field = body.structured_field()
+            reason = (prediction.error or "").rpartition(f"{GUIDE_INPUT}: ")[2]
+            raise ApiError(400, f"{field}: the engine cannot follow it: {reason}", param=field)
         failure = json.loads(error_body(prediction))
         code = 499 if prediction.status is Status.CANCELED else 502
         return JSONResponse(failure, status_code=code, headers=headers)
     whole = logprobs.part(started.running.logprobs) if logprobs is not None else None
     return JSONResponse(shape.whole(prediction, whole), headers=headers)
+
+
+def _guide_refused(prediction: Prediction) -> bool:
+    """The engine refused the request's guide before writing anything (grammar.py's error)."""
+    return f"{GUIDE_INPUT}: " in (prediction.error or "") and not prediction.completion_tokens
 
 
 async def _adapter_of(services: Services, model: str) -> str | None:

@@ -225,3 +225,20 @@ def test_refusals_name_the_client_s_field(
     error = answer.json()["error"]
     assert error["param"].startswith(param), error
     assert says in error["message"], error
+
+
+def test_a_guide_only_the_engine_finds_wrong_is_still_a_400(
+    client: openai.OpenAI, model: str
+) -> None:
+    """Python's `re` takes a lookbehind, xgrammar does not: the engine refuses the request
+    before any token, and the api answers as for its own checks (never a 5xx)."""
+    try:
+        client.chat.completions.create(
+            model=model, messages=ASK, max_tokens=4, extra_body={"guided_regex": "(?<=a)b"}
+        )
+    except openai.BadRequestError as error:
+        body: Any = error.body
+        assert body["param"] == "guided_regex", body
+        assert "Lookbehind is not supported" in body["message"], body
+    else:
+        raise AssertionError("the request was not refused")
