@@ -86,6 +86,13 @@ class StructuredFields(BaseModel):
     structured_outputs: StructuredOutputs | None = Field(
         default=None, description="vLLM's newer form of the guided_* fields (one of them)."
     )
+    # vLLM's per-request choice of grammar engine: only xgrammar here (auto picks it too).
+    guided_decoding_backend: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^(auto|xgrammar)(:[A-Za-z0-9_,-]*)?$",
+        description="vLLM's: the grammar engine; xgrammar (or auto) is the only one here.",
+    )
 
     def structured_field(self) -> str:
         """The field the client asked for structured output with (for error messages)."""
