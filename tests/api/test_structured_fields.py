@@ -16,7 +16,8 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required"
 
 
 def request(**fields: Any) -> ChatCompletionRequest:
-    return ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "Hi"}], **fields)
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], **fields}
+    return ChatCompletionRequest.model_validate(body)
 
 
 @pytest.mark.parametrize(
