@@ -242,3 +242,24 @@ def test_a_guide_only_the_engine_finds_wrong_is_still_a_400(
         assert "Lookbehind is not supported" in body["message"], body
     else:
         raise AssertionError("the request was not refused")
+
+
+def test_log_probs_of_a_guided_answer_are_finite(client: openai.OpenAI, model: str) -> None:
+    """The constrained distribution gives banned tokens -inf: shown as vLLM shows them
+    (-9999.0), never as JSON's missing -Infinity."""
+    reply = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Yes or no?"}],
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=8,  # more than the 5 tokens the guide allows first (y, ye, yes, n, no)
+        extra_body={"guided_choice": ["yes", "no"]},
+    )
+    assert reply.choices[0].message.content in ("yes", "no")
+    assert reply.choices[0].logprobs is not None and reply.choices[0].logprobs.content
+    for entry in reply.choices[0].logprobs.content:
+        assert entry.logprob > -1e4
+        assert len(entry.top_logprobs) == 8
+        assert all(-9999.0 <= alternative.logprob <= 0 for alternative in entry.top_logprobs)
+        assert min(alternative.logprob for alternative in entry.top_logprobs) == -9999.0
