@@ -14,8 +14,9 @@ Steps: fetch the checkpoint (a Hugging Face id, HF_TOKEN for gated ones, or a lo
 what in-flight batching needs (GPT-attention and GEMM plugins, paged KV cache, packed input,
 context FMHA), the LoRA plugin unless MAX_LORA_RANK is 0, and the limits of `.env`
 (MAX_BATCH_SIZE, MAX_INPUT_LEN, MAX_OUTPUT_LEN, TENSOR_PARALLELISM; flags override) -> the
-tokenizer copied next to the engine, so that ENGINE_REPOSITORY alone serves it -> optionally,
-an upload to a Hugging Face repository.
+tokenizer copied next to the engine, so that ENGINE_REPOSITORY alone serves it, with xgrammar's
+tokenizer info for guided decoding (structured output) -> optionally, an upload to a Hugging Face
+repository.
 
 Longer than 250 lines because it runs alone inside NVIDIA's container, where the project is not
 installed, so its presets and command lines cannot live in other modules.
@@ -40,6 +41,10 @@ TRTLLM_VERSION = "0.20.0"
 BUILD_IMAGE = f"nvcr.io/nvidia/tensorrt-llm/release:{TRTLLM_VERSION}"
 # trtllm-build's own default for --max_num_tokens (BuildConfig.max_num_tokens in 0.20).
 TRTLLM_MAX_NUM_TOKENS = 8192
+# Guided decoding's tokenizer info, written next to the engine as TensorRT-LLM's own
+# examples/generate_xgrammar_tokenizer_info.py writes it (the renderer turns guided decoding on
+# when it is there; tests keep the name equal to engine_check's).
+XGRAMMAR_TOKENIZER_INFO = "xgrammar_tokenizer_info.json"
 # The same defaults as TritonSettings (a test keeps them equal); .env usually sets them.
 DEFAULTS = {"MAX_BATCH_SIZE": 16, "MAX_INPUT_LEN": 2048, "MAX_OUTPUT_LEN": 1024}
 DEFAULTS |= {"MAX_LORA_RANK": 64}
@@ -224,6 +229,19 @@ def copy_tokenizer(model_dir: Path, engine_dir: Path) -> list[str]:
     return copied
 
 
+def write_xgrammar_tokenizer_info(model_dir: Path, engine_dir: Path) -> Path:
+    """What TensorRT-LLM 0.20's examples/generate_xgrammar_tokenizer_info.py writes: its
+    `_xgrammar_tokenizer_info` (encoded vocabulary, tokenizer JSON, stop ids) of the checkpoint's
+    tokenizer, read by the backend's `xgrammar_tokenizer_info_path`."""
+    from tensorrt_llm.llmapi.tokenizer import _xgrammar_tokenizer_info
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    path = engine_dir / XGRAMMAR_TOKENIZER_INFO
+    path.write_text(json.dumps(_xgrammar_tokenizer_info(tokenizer)))
+    return path
+
+
 def upload(engine_dir: Path, repo_id: str, *, private: bool) -> None:
     from huggingface_hub import HfApi
 
@@ -259,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"build_engine: {error}", file=sys.stderr)
         return 1
     copied = copy_tokenizer(model_dir, args.output)
+    write_xgrammar_tokenizer_info(model_dir, args.output)
     record = {
         "model": args.model,
         "preset": args.preset,
@@ -271,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_num_tokens": max_num_tokens(args),
         "tensorrt_llm": TRTLLM_VERSION,
         "tokenizer_files": copied,
+        "xgrammar_tokenizer_info": XGRAMMAR_TOKENIZER_INFO,
     }
     (args.output / "tritonbox-build.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"engine in {args.output}: set ENGINE_REPOSITORY to it, TENSOR_PARALLELISM={args.tp}")

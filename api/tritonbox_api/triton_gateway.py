@@ -17,6 +17,7 @@ import tritonclient.grpc.aio as grpcclient
 
 from tritonbox_common.client import Chunk, GenerationRequest, TritonLLMClient, TritonRequestError
 from tritonbox_common.ensemble import ENGINE_MODEL, READY_MODELS
+from tritonbox_common.guided import GUIDE_TYPE_INPUT
 from tritonbox_common.model_params import config_parameters, int_parameter, text_parameter
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ class EngineInfo:
     # The engine returns top log-probs (the cpu engine's `num_top_logprobs` input); TensorRT-LLM
     # 0.20 returns only the sampled token's.
     top_logprobs: bool = False
+    # The engine follows guides (structured output): the cpu engine always; TensorRT-LLM when
+    # its config turns xgrammar on (the engine folder had the tokenizer info; render.py).
+    guided_decoding: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,11 +102,13 @@ class TritonGateway:
             raise TritonUnavailableError(f"cannot read Triton's model config: {error}") from None
         params = config_parameters(config["config"])
         inputs = {tensor["name"] for tensor in engine["config"].get("input", [])}
+        backend = config_parameters(engine["config"]).get("guided_decoding_backend", "xgrammar")
         return EngineInfo(
             tokenizer_dir=Path(text_parameter(params, "tokenizer_dir")),
             max_input_len=int_parameter(params, "max_input_len"),
             max_output_len=int_parameter(params, "max_output_len"),
             top_logprobs="num_top_logprobs" in inputs,
+            guided_decoding=GUIDE_TYPE_INPUT in inputs and backend == "xgrammar",
         )
 
     async def lora_support(self) -> LoraSupport:

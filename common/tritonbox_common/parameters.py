@@ -14,6 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
+from tritonbox_common.guided import MAX_GUIDE_CHARS
+
 MAX_WORDS = 32  # per stop-word or bad-word list
 MAX_WORD_CHARS = 256
 # Tokens in one stop or bad word (each spelling of it, word_lists.py): checked by the api with
@@ -156,6 +158,15 @@ BAD_WORDS = Parameter(
     "Words the model may never write.",
     size_limit=_WORD_LIMITS,
 )
+# Structured output: TensorRT-LLM's guide (guided.py). The OpenAI routes take OpenAI's
+# `response_format` and vLLM's guided_* fields instead and translate them into this.
+GUIDED_DECODING = Parameter(
+    "guided_decoding",
+    None,
+    "Make the answer follow a format: any JSON, a JSON schema, a regular expression or a grammar.",
+    size_limit=f"guide_type json, json_schema, regex or ebnf_grammar; guide ≤ {MAX_GUIDE_CHARS} "
+    "characters",
+)
 
 # Not a sampling parameter (so in none of the tuples below): which registered LoRA adapter of
 # the base model answers, by name (`input.adapter`; on the OpenAI routes, `model`).
@@ -181,7 +192,8 @@ SAMPLING_PARAMETERS = (
 # ignore_eos is no engine input of its own: it sets the engine's `end_id` to -1 (no end id),
 # as TensorRT-LLM's own `ignore_eos` does (tensorrt_llm/executor/worker.py).
 ALL_PARAMETERS = (
-    MAX_TOKENS, *SAMPLING_PARAMETERS, BEAM_WIDTH, IGNORE_EOS, STOP_WORDS, BAD_WORDS
+    MAX_TOKENS, *SAMPLING_PARAMETERS, BEAM_WIDTH, IGNORE_EOS, STOP_WORDS, BAD_WORDS,
+    GUIDED_DECODING,
 )  # fmt: skip
 
 Word = Annotated[str, StringConstraints(min_length=1, max_length=MAX_WORD_CHARS)]

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import InferInput
 
+from tritonbox_common.guided import GUIDE_INPUT, GUIDE_TYPE_INPUT
+
 # Optional ensemble inputs: name -> Triton datatype, named as the ensemble names them
 # (docs/architecture.md).
 SCALAR_INPUTS: dict[str, str] = {
@@ -65,6 +67,8 @@ class GenerationRequest:
     stop_word_ids: Any = None
     bad_word_ids: Any = None
     lora: LoraInputs | None = None  # with `input_ids`: the adapter that answers
+    # Structured output: (guide type, guide or None), TensorRT-LLM's guided-decoding inputs.
+    guide: tuple[str, str | None] | None = None
 
 
 def input_tensor(name: str, array: np.ndarray[Any, Any], datatype: str) -> InferInput:
@@ -106,7 +110,21 @@ def build_engine_inputs(request: GenerationRequest) -> list[InferInput]:
         inputs.append(input_tensor(ENGINE_INPUT_NAMES.get(name, name), array, datatype))
     if request.lora is not None:
         inputs += _lora_inputs(request.lora)
-    return inputs
+    return inputs + _guide_inputs(request)
+
+
+def _guide_inputs(request: GenerationRequest) -> list[InferInput]:
+    """TensorRT-LLM's `guided_decoding_guide_type` / `guided_decoding_guide`: TYPE_STRING [1]
+    (BYTES to the client), the same names on the ensemble and the engine step."""
+    if request.guide is None:
+        return []
+    guide_type, guide = request.guide
+    values = {GUIDE_TYPE_INPUT: guide_type, GUIDE_INPUT: guide}
+    return [
+        input_tensor(name, np.array([[value.encode()]], dtype=np.object_), "BYTES")
+        for name, value in values.items()
+        if value is not None
+    ]
 
 
 def _weights(array: Any, datatype: str) -> np.ndarray[Any, Any]:
@@ -151,4 +169,4 @@ def build_inputs(request: GenerationRequest) -> list[InferInput]:
         inputs.append(
             input_tensor(name, np.array([[value]], dtype=_NUMPY_TYPES[datatype]), datatype)
         )
-    return inputs
+    return inputs + _guide_inputs(request)

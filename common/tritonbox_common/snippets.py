@@ -36,6 +36,20 @@ _OPENAI_EXTRAS = {
 }
 
 
+def _openai_guide(guide: Any) -> tuple[str, Any] | None:
+    """`guided_decoding` as the OpenAI routes take it: (argument or extra field, value)."""
+    if not isinstance(guide, dict):
+        return None
+    kind, text = guide.get("guide_type"), guide.get("guide")
+    if kind == "json":
+        return "response_format", {"type": "json_object"}
+    if kind == "json_schema" and isinstance(text, str):
+        schema = {"name": "answer", "schema": json.loads(text), "strict": True}
+        return "response_format", {"type": "json_schema", "json_schema": schema}
+    extra = {"regex": "guided_regex", "ebnf_grammar": "guided_grammar"}.get(str(kind))
+    return (extra, text) if extra else None
+
+
 def python_literal(value: Any, indent: int = 0) -> str:
     """`value` (JSON data) as Python source, one item per line like a formatter would."""
     pad, inner = " " * indent, " " * (indent + 4)
@@ -147,6 +161,9 @@ def openai(
             arguments[_OPENAI_ARGUMENTS[name]] = value
         elif name in _OPENAI_EXTRAS:
             extras[_OPENAI_EXTRAS[name]] = value
+    guide = _openai_guide(generation_input.get("guided_decoding"))
+    if guide is not None:
+        (arguments if guide[0] == "response_format" else extras)[guide[0]] = guide[1]
     chat = "messages" in generation_input
     if chat:
         call, text = "client.chat.completions.create", "chunk.choices[0].delta.content or ''"

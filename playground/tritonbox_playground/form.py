@@ -15,6 +15,7 @@ from typing import Any
 from tritonbox_common import parameters as p
 from tritonbox_playground.adapters import ADAPTER, BASE, adapter_name, sent
 from tritonbox_playground.api_client import EngineLimits, PlaygroundError, PredictionView
+from tritonbox_playground.json_output import JSON_OUTPUT, json_input, json_restored
 
 PROMPT_MODE, CHAT_MODE = "Prompt", "Chat"
 MODES = (PROMPT_MODE, CHAT_MODE)
@@ -39,6 +40,7 @@ LABELS = {
     p.SEED.name: "Seed",
     p.STOP_WORDS.name: "Stop words",
     p.BAD_WORDS.name: "Bad words",
+    JSON_OUTPUT: "JSON output",
 }
 
 # The order of the form's values everywhere: components, event inputs, restore outputs.
@@ -51,6 +53,7 @@ FIELDS: tuple[str, ...] = (
     p.SEED.name,
     *(parameter.name for parameter in WORD_LISTS),
     *(parameter.name for parameter in MORE_NUMBERS),
+    JSON_OUTPUT,
 )
 
 _ESCAPES = {"\\n": "\n", "\\t": "\t", "\\\\": "\\"}
@@ -192,7 +195,7 @@ def generation_input(
         words = words_from_text(values.get(parameter.name))
         if words:
             body[parameter.name] = words
-    return body
+    return body | json_input(values.get(JSON_OUTPUT))
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ def defaults() -> dict[str, Any]:
     values[p.SEED.name] = "" if p.SEED.default is None else str(p.SEED.default)
     for parameter in WORD_LISTS:
         values[parameter.name] = text_from_words(parameter.default)
-    return values
+    return values | {JSON_OUTPUT: False}
 
 
 def from_prediction(prediction: PredictionView) -> Restored:
@@ -243,4 +246,5 @@ def from_prediction(prediction: PredictionView) -> Restored:
         words = source.get(parameter.name)
         if isinstance(words, list):
             values[parameter.name] = text_from_words([str(w) for w in words])
+    values[JSON_OUTPUT] = json_restored(source)
     return Restored(values=values, earlier=earlier)

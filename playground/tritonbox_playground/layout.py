@@ -25,6 +25,7 @@ from tritonbox_playground.form import (
     WORD_LISTS,
     hint,
 )
+from tritonbox_playground.json_output import JSON_HINT, JSON_OUTPUT
 from tritonbox_playground.layout_parts import ALL_SOURCES, number_control, prompt_boxes, recent_list
 
 __all__ = ["ALL_SOURCES", "Layout", "build_layout", "earlier_note"]
@@ -145,6 +146,9 @@ def _run_tab(controls: dict[str, Any], *, key_required: bool) -> dict[str, Any]:
                     lines=3,
                     elem_id=parameter.name,
                 )
+            controls[JSON_OUTPUT] = gr.Checkbox(
+                False, label=LABELS[JSON_OUTPUT], info=JSON_HINT, elem_id="json_output"
+            )
             with gr.Accordion("More settings", open=False):
                 for parameter in MORE_NUMBERS:
                     controls[parameter.name] = number_control(parameter)

@@ -123,3 +123,32 @@ def test_an_odd_adapter_name_stays_inside_its_comment() -> None:
     assert text.splitlines()[0].startswith('# adapter "x\\nimport shutil')
     curl = snippets.curl(odd, URL, api_key_required=False, adapter_sha256=SHA)
     assert shlex.split(curl.replace("\\\n", " "), comments=True)[0] == "curl"
+
+
+def test_openai_asks_for_the_guide_the_openai_way() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    cases = [
+        ({"guide_type": "json"}, "response_format", {"type": "json_object"}),
+        (
+            {"guide_type": "json_schema", "guide": json.dumps(schema)},
+            "response_format",
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": schema, "strict": True},
+            },
+        ),
+        ({"guide_type": "regex", "guide": "[0-9]+"}, "guided_regex", "[0-9]+"),
+        ({"guide_type": "ebnf_grammar", "guide": 'root ::= "a"'}, "guided_grammar", 'root ::= "a"'),
+    ]
+    for guide, name, value in cases:
+        code = snippets.openai(
+            {"prompt": "Hi", "guided_decoding": guide}, "http://h:8080", api_key_required=False
+        )
+        call = next(
+            node
+            for node in ast.walk(ast.parse(code))
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "client.completions.create"
+        )
+        found = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg != "model"}
+        sent = found if name == "response_format" else found["extra_body"]
+        assert sent[name] == value, code

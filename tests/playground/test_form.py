@@ -162,3 +162,19 @@ def test_restoring_falls_back_to_the_input_and_splits_a_chat() -> None:
     assert restored.values["temperature"] == p.TEMPERATURE.default
     assert restored.earlier == messages[1:3]
     assert generation_input(restored.values, restored.earlier)["messages"] == messages
+
+
+def test_json_output_sends_the_json_guide_and_comes_back_on() -> None:
+    values = defaults() | {"prompt": "A cat as JSON:"}
+    assert values["guided_decoding"] is False
+    assert "guided_decoding" not in generation_input(values)
+    body = generation_input(values | {"guided_decoding": True})
+    assert body["guided_decoding"] == {"guide_type": "json"}
+    applied = {"prompt": "A cat as JSON:", "guided_decoding": {"guide_type": "json", "guide": None}}
+    prediction = PredictionView(id="x", status="succeeded", input=body, applied=applied)
+    assert from_prediction(prediction).values["guided_decoding"] is True
+    regex = {"guide_type": "regex", "guide": "[0-9]+"}
+    other = PredictionView(
+        id="y", status="succeeded", applied={"prompt": "1", "guided_decoding": regex}
+    )
+    assert from_prediction(other).values["guided_decoding"] is False

@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 # a test keeps it equal to triton/Dockerfile's base image. An engine is a serialised TensorRT
 # plan: only the TensorRT-LLM (and TensorRT) version that built it can load it.
 TRTLLM_VERSION = "0.20.0"
+# Guided decoding's tokenizer info in an engine folder (scripts/build_engine.py writes it, as
+# TensorRT-LLM's examples/generate_xgrammar_tokenizer_info.py does); render.py turns guided
+# decoding on when it is there.
+XGRAMMAR_TOKENIZER_INFO = "xgrammar_tokenizer_info.json"
 BUILD_IMAGE = f"nvcr.io/nvidia/tensorrt-llm/release:{TRTLLM_VERSION}"
 REBUILD = "rebuild the engine (scripts/build_engine.py) or change the setting"
 # Bytes per KV-cache element by kv_cache_quant_algo; None = the model's dtype.

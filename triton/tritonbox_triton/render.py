@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tritonbox_common.ensemble import ENGINE_MODEL, ENSEMBLE_MODEL, PIPELINE_MODELS
 from tritonbox_common.lora import LLAMA_MODULES
-from tritonbox_triton.engine_check import EngineCheckError, check_engine
+from tritonbox_triton.engine_check import XGRAMMAR_TOKENIZER_INFO, EngineCheckError, check_engine
 from tritonbox_triton.engine_lora import lora_values
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
 
@@ -105,6 +105,12 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
     _check_engine_build(settings, engine_dir)
     # The adapters the engine's build allows, and its LoRA cache (engine_lora.py).
     values |= lora_values(settings, engine_dir)
+    # Guided decoding (structured output) when the build left xgrammar's tokenizer info.
+    info = engine_dir / XGRAMMAR_TOKENIZER_INFO
+    values |= {
+        "guided_decoding_backend": "xgrammar" if info.is_file() else "",
+        "xgrammar_tokenizer_info_path": str(info) if info.is_file() else "",
+    }
     return values | {
         # The backend reads an empty value as "no token limit, use the memory fraction".
         "max_tokens_in_paged_kv_cache": str(settings.kv_cache_max_tokens or ""),

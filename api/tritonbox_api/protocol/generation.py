@@ -7,6 +7,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tritonbox_common import parameters as p
+from tritonbox_common.guided import GuidedDecoding
 
 MAX_MESSAGES = 256
 
@@ -43,6 +44,7 @@ class GenerationInput(BaseModel):
     stop_words_list: p.WordList | None = p.STOP_WORDS.field()
     bad_words_list: p.WordList | None = p.BAD_WORDS.field()
     adapter: p.AdapterName | None = p.ADAPTER.field()
+    guided_decoding: GuidedDecoding | None = p.GUIDED_DECODING.field()
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> Self:

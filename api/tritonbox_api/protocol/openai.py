@@ -8,7 +8,8 @@ token's log-prob only); every refusal is a 400 naming the client's field
 (routes/openai_errors.py). `n` up to MAX_CHOICES, `logprobs` and `top_logprobs` (chat) and
 `logprobs` 0-5 (completions) are honoured.
 TritonBox's extra sampling options (top_k, repetition_penalty, min_tokens, bad_words) and
-vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does.
+vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does; structured output
+(`response_format`, vLLM's guided_* and `structured_outputs`) is in structured.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tritonbox_api.protocol.generation import MAX_MESSAGES, ChatMessage, GenerationInput
+from tritonbox_api.protocol.structured import StructuredFields
 from tritonbox_common import parameters as p
 
 MAX_CHOICES = 8  # `n`: choices per request, each an engine request of its own
@@ -29,7 +31,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _OpenAIRequest(BaseModel):
+class _OpenAIRequest(StructuredFields):
     model_config = ConfigDict(extra="forbid")
 
     model: str

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from tritonbox_api.db.models import Source, Status
+from tritonbox_api.db.models import Prediction, Source, Status
 from tritonbox_api.deps import Guarded, Services, ServicesDep
 from tritonbox_api.protocol.errors import ApiError, invalid, unavailable
 from tritonbox_api.protocol.openai import (
@@ -28,6 +28,7 @@ from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 from tritonbox_api.service.running import ChoiceText
 from tritonbox_api.triton_gateway import TritonUnavailableError
+from tritonbox_common.guided import GUIDE_INPUT
 
 # Refusals are 400 here, with OpenAI's body and the client's field names (openai_errors.py).
 router = APIRouter(
@@ -117,9 +118,15 @@ async def _answer(
         raise ApiError(400, str(error), param=str(error).split(":")[0]) from None
     if top is not None and body.n > 1:
         raise ApiError(400, f"n: log-probs come with one choice only; got n={body.n}", param="n")
+    try:
+        guided = body.guided_decoding()
+    except ValueError as error:
+        raise ApiError(400, str(error), param=str(error).split(":")[0]) from None
+    if guided is not None:
+        params = params.model_copy(update={"guided_decoding": guided})
     if adapter is not None:
         params = params.model_copy(update={"adapter": adapter})
-    sent = body.model_dump(mode="json", exclude_unset=True)
+    sent = body.model_dump(mode="json", exclude_unset=True, by_alias=True)  # `schema`, `json`
     # `generation()` always sets max_tokens: whether the client did decides if the default may
     # be clamped to the engine's MAX_OUTPUT_LEN.
     given = "max_tokens" in sent or "max_completion_tokens" in sent
@@ -147,11 +154,21 @@ async def _answer(
         return EventStream(events, headers=headers, ping=10)
     prediction = (await started.result()).prediction
     if prediction.status is not Status.SUCCEEDED:
+        if guided is not None and _guide_refused(prediction):
+            # xgrammar refused what the api's own checks let through: the client's error.
+            field = body.structured_field()
+            reason = (prediction.error or "").rpartition(f"{GUIDE_INPUT}: ")[2]
+            raise ApiError(400, f"{field}: the engine cannot follow it: {reason}", param=field)
         failure = json.loads(error_body(prediction))
         code = 499 if prediction.status is Status.CANCELED else 502
         return JSONResponse(failure, status_code=code, headers=headers)
     whole = logprobs.part(started.running.logprobs) if logprobs is not None else None
     return JSONResponse(shape.whole(prediction, whole), headers=headers)
+
+
+def _guide_refused(prediction: Prediction) -> bool:
+    """The engine refused the request's guide before writing anything (grammar.py's error)."""
+    return f"{GUIDE_INPUT}: " in (prediction.error or "") and not prediction.completion_tokens
 
 
 async def _adapter_of(services: Services, model: str) -> str | None:

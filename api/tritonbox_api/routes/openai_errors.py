@@ -61,6 +61,8 @@ def client_param(param: str, request: Any, *, chat: bool) -> str:
         field = "max_completion_tokens"
     elif field == "prompt" and chat:
         field = "messages"  # the prompt the chat template made of them
+    elif field == "guided_decoding":
+        field = request.structured_field()  # response_format, guided_json, ...
     return field + rest
 
 

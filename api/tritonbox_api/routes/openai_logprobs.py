@@ -14,6 +14,10 @@ from typing import Any
 
 from tritonbox_api.service.running import TokenLogprob
 
+# vLLM's floor for a log-prob it shows: a token a guide or a bad word banned has -inf, which
+# JSON cannot carry (a guided answer's top alternatives often include such tokens).
+MIN_LOGPROB = -9999.0
+
 
 class LogprobShape:
     """Formats the log-probs of one answer, a slice at a time when streaming."""
@@ -33,7 +37,8 @@ class LogprobShape:
 
     def _chat_entry(self, token: int, logprob: float) -> dict[str, Any]:
         text = self._text(token)
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+        shown = max(logprob, MIN_LOGPROB)
+        return {"token": text, "logprob": shown, "bytes": list(text.encode())}
 
     def part(self, entries: list[TokenLogprob]) -> dict[str, Any]:
         """The `logprobs` object of a choice (or a chunk's choice) for these tokens."""
@@ -55,12 +60,15 @@ class LogprobShape:
             self._offset += len(text)
             ids, values = top or ([], [])
             # OpenAI's legacy rule: the N best, and the chosen token's too when not among them.
-            best = {self._text(i): v for i, v in zip(ids[: self._top], values, strict=False)}
-            best.setdefault(text, logprob)
+            best = {
+                self._text(i): max(v, MIN_LOGPROB)
+                for i, v in zip(ids[: self._top], values, strict=False)
+            }
+            best.setdefault(text, max(logprob, MIN_LOGPROB))
             tops.append(best)
         return {
             "tokens": tokens,
-            "token_logprobs": [logprob for _, logprob, _ in entries],
+            "token_logprobs": [max(logprob, MIN_LOGPROB) for _, logprob, _ in entries],
             "top_logprobs": tops,
             "text_offset": offsets,
         }

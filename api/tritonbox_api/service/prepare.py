@@ -146,6 +146,12 @@ async def prepare(
             f"(TensorRT-LLM 0.20 has no top log-probs); send 0, got {logprobs}",
             param=logprobs_field,
         )
+    if params.guided_decoding is not None and not context.info.guided_decoding:
+        raise invalid(
+            "guided_decoding",
+            "this engine does not follow guides: a TensorRT-LLM engine needs xgrammar's "
+            "tokenizer info in its folder (docs/gpu.md, 'Guided decoding')",
+        )
     if params.messages is not None:
         messages = [m.model_dump() for m in params.messages]
         prompt = chat_prompt(context.tokenizer, messages)
@@ -199,6 +205,8 @@ async def prepare(
         stop_words=(),
         bad_words=bad_words,
         sampling=sampling,
+        # Structured output: TensorRT-LLM's guided-decoding inputs (both engines compile it).
+        guide=(guided.guide_type, guided.guide) if (guided := params.guided_decoding) else None,
     )
     applied = {
         **params.model_dump(mode="json", exclude={"prompt", "messages"}),

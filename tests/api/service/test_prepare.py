@@ -158,3 +158,13 @@ def test_log_probs_ask_the_engine_and_top_ones_need_an_engine_that_has_them(
     cpu = replace(context, info=replace(context.info, top_logprobs=True))
     top = asyncio.run(prepare(params, cpu, max_beam_width=1, stream=True, logprobs=3))
     assert top.request.sampling["num_top_logprobs"] == 3 and top.logprobs == 3
+
+
+def test_a_guide_goes_to_the_engine_only_if_it_follows_guides(context: EngineContext) -> None:
+    guide = {"guide_type": "regex", "guide": "[0-9]+"}
+    assert "xgrammar" in refused(context, prompt="Hi", guided_decoding=guide)  # not enabled
+    guided = replace(context, info=replace(context.info, guided_decoding=True))
+    prepared = run(guided, prompt="Hi", guided_decoding=guide)
+    assert prepared.request.guide == ("regex", "[0-9]+")
+    assert prepared.applied["guided_decoding"] == guide
+    assert run(guided, prompt="Hi").request.guide is None

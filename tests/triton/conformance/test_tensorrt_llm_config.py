@@ -120,7 +120,8 @@ def test_parameter_values_parse_as_the_backend_parses_them(config: Any) -> None:
 
 
 def test_guided_decoding_is_off_until_configured(config: Any) -> None:
-    # The backend turns guided decoding on only with both a backend and a tokenizer-info path.
+    # The backend turns guided decoding on only with both a backend and a tokenizer-info path;
+    # this engine folder has no tokenizer info (test_guided_decoding.py: with one).
     values = {key: value.string_value for key, value in config.parameters.items()}
     assert values["guided_decoding_backend"] == ""
     assert values["xgrammar_tokenizer_info_path"] == ""

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tritonbox_common.errors import RequestError
+
+if TYPE_CHECKING:
+    from .grammar import Guide
 
 # The most top log-probs per token `num_top_logprobs` may ask for (OpenAI's top_logprobs limit).
 MAX_TOP = 20
@@ -43,6 +46,9 @@ class SamplingParams:
     exclude_input_in_output: bool = True
     return_log_probs: bool = False
     num_top_logprobs: int = 0  # a TritonBox extension: top alternatives per token (≤ MAX_TOP)
+    # Structured output: the compiled grammar of guided_decoding_guide(_type) (grammar.py),
+    # set by the Triton model after these scalars are read.
+    guide: Guide | None = field(default=None, compare=False, repr=False)
 
     @property
     def greedy(self) -> bool:

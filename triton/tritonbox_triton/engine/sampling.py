@@ -9,17 +9,24 @@ Log-probs (the chosen token's, and the top alternatives') are the log-softmax of
 the penalties, the min_tokens and bad-word bans and (when sampling) the temperature, before top-k
 and top-p cut the tail: the distribution the token was drawn from, before truncation. Greedy
 (temperature 0, top_k 1) divides by no temperature, so with no penalties they are the model's own.
+
+A guided request (structured output, grammar.py) also masks what its grammar forbids, after the
+bans, so its log-probs are those of the constrained distribution it was sampled from.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from .params import SamplingParams
 from .words import WordRules
+
+if TYPE_CHECKING:  # xgrammar is imported by whoever compiles guides (model.py), not here
+    from .grammar import GuideState
 
 # Candidates rejected by the bad-word text check before giving up on sampling and taking the
 # best remaining token: a bound, so a pathological word list cannot stall the batch.
@@ -45,9 +52,12 @@ class SequenceState:
     generated: list[int] = field(default_factory=list)
     counts: Counter[int] = field(default_factory=Counter)
     generator: torch.Generator = field(init=False)
+    guide: GuideState | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.generator = torch.Generator().manual_seed(self.params.seed)
+        if self.params.guide is not None:
+            self.guide = self.params.guide.matcher(self.params.end_id)
 
     def append(self, token: int) -> None:
         self.generated.append(token)
@@ -88,12 +98,25 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch
 def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
     """Pick the next token for one sequence; `logits` is its float32 row (modified in place)."""
     params = state.params
+    guide = state.guide
+    if guide is not None and guide.finished:
+        # The grammar ended without an end id (-1, ignore_eos): report the end the scheduler
+        # knows, the request's end id, which it never emits.
+        return TokenChoice(token=params.end_id, logprob=0.0)
+    unbanned = logits.clone() if guide is not None else logits
     _apply_penalties(logits, state)
     if len(state.generated) < params.min_tokens and params.end_id >= 0:
         logits[params.end_id] = float("-inf")
     context = state.context()
     for token in state.words.banned_tokens(context):
         logits[token] = float("-inf")
+    if guide is not None:
+        guide.mask(logits)
+        if torch.isneginf(logits).all():
+            # min_tokens or a bad word banned all the grammar allows: the grammar wins, as an
+            # answer outside it is never one.
+            logits = unbanned
+            guide.mask(logits)
 
     if not params.greedy:
         logits = logits / params.temperature
@@ -114,6 +137,8 @@ def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
             break
     else:
         token = int(torch.argmax(logits))
+    if guide is not None:
+        guide.accept(token)  # the mask allowed it, so the matcher takes it
     choice = TokenChoice(token=token, logprob=float(logprobs[token]))
     if params.num_top_logprobs > 0:
         top = torch.topk(logprobs, min(params.num_top_logprobs, logprobs.numel()))

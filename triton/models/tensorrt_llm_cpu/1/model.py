@@ -27,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tritonbox_common.word_lists import decode_word_list
 from tritonbox_triton.engine.dtype import describe, engine_dtype
+from tritonbox_triton.engine.grammar import GUIDE_INPUT, GUIDE_TYPE_INPUT, GuideCompiler
 from tritonbox_triton.engine.lora_cache import LORA_INPUTS, LoraCache, LoraResolver
 from tritonbox_triton.engine.lora_layers import LoraRows, attach_lora
 from tritonbox_triton.engine.params import (
@@ -53,6 +54,7 @@ OPTIONAL_INPUTS = (
     "bad_words_list", "beam_width", "temperature", "runtime_top_k", "runtime_top_p",
     "repetition_penalty", "min_tokens", "presence_penalty", "frequency_penalty", "seed",
     "return_log_probs", "streaming", "exclude_input_in_output", "stop", "num_top_logprobs",
+    GUIDE_TYPE_INPUT, GUIDE_INPUT,
 )  # fmt: skip
 
 
@@ -231,6 +233,8 @@ class TritonPythonModel:
         self._limits = EngineLimits(max_input_len, max_output_len, kv_tokens)
         self._exclude_input = params["exclude_input_in_output"].lower() == "true"
         lora_rows = self._init_lora(model, params)
+        # Structured output: the logits' width, which may exceed the tokenizer's vocabulary.
+        self._guides = GuideCompiler(self._tokenizer, int(model.config.vocab_size))
         self._end_id = int(self._tokenizer.eos_token_id)
         pad = self._tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else self._end_id
@@ -289,13 +293,17 @@ class TritonPythonModel:
             )
             stop_words = _word_list(tensors, "stop_words_list")
             bad_words = _word_list(tensors, "bad_words_list")
-            # Converting new weights happens here, on Triton's thread, not in the engine loop.
+            # Converting new weights happens here, on Triton's thread, not in the engine loop;
+            # so does compiling a grammar.
             lora = self._lora.resolve(tensors)
+            guide = self._guides.from_tensors(tensors)
         except (RequestError, ValueError) as error:
             sender.send(
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))), flags=FINAL
             )
             return
+        if guide is not None:
+            params = dataclasses.replace(params, guide=guide)
         if not self._decoupled:
             params = dataclasses.replace(params, streaming=False)  # one response per request
         self._engine.submit(
