@@ -36,6 +36,11 @@ class EngineInfo:
     # The engine returns top log-probs (the cpu engine's `num_top_logprobs` input); TensorRT-LLM
     # 0.20 returns only the sampled token's.
     top_logprobs: bool = False
+    # The cpu engine's compact prompt log-probs (`return_prompt_log_probs`); without it the api
+    # asks TensorRT-LLM's `return_context_logits` and scores the prompt itself.
+    prompt_log_probs: bool = False
+    # A TensorRT-LLM engine built with --gather_context_logits (its config's parameter).
+    context_logits: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,9 @@ class TritonGateway:
             max_input_len=int_parameter(params, "max_input_len"),
             max_output_len=int_parameter(params, "max_output_len"),
             top_logprobs="num_top_logprobs" in inputs,
+            prompt_log_probs="return_prompt_log_probs" in inputs,
+            context_logits=config_parameters(engine["config"]).get("gather_context_logits")
+            == "true",
         )
 
     async def lora_support(self) -> LoraSupport:
