@@ -64,7 +64,8 @@ class _OpenAIRequest(BaseModel):
         return GenerationInput(
             **prompt,
             **sampling,
-            max_tokens=self.max_tokens,
+            # Completions' 0 (echo: the prompt only) reaches the engine as prepare() decides.
+            max_tokens=max(1, self.max_tokens),
             stop_words_list=stop,
             bad_words_list=self.bad_words,
             ignore_eos=self.ignore_eos,
@@ -103,12 +104,8 @@ class CompletionRequest(_OpenAIRequest):
         if isinstance(self.prompt, list):
             if len(self.prompt) != 1:
                 raise ValueError("prompt: give one prompt per request")
-            generation = self._generation(prompt=self.prompt[0])
-        else:
-            generation = self._generation(prompt=self.prompt)
-        # The engine's request says 0 (prompt_only); GenerationInput's own minimum stays 1.
-        generation.max_tokens = max(1, generation.max_tokens)
-        return generation
+            return self._generation(prompt=self.prompt[0])
+        return self._generation(prompt=self.prompt)
 
     def top_logprobs_asked(self) -> tuple[int | None, str]:
         """None without log-probs, else how many alternatives; and the field that said so."""
