@@ -15,6 +15,7 @@ from typing import Any
 
 from tritonbox_api.protocol.errors import ApiError, invalid
 from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_api.service import echo as echo_rules
 from tritonbox_api.service.adapters import AdapterSelection
 from tritonbox_api.service.engine_context import EngineContext
 from tritonbox_common import parameters as p
@@ -152,14 +153,7 @@ async def prepare(
             f"(TensorRT-LLM 0.20 has no top log-probs); send 0, got {logprobs}",
             param=logprobs_field,
         )
-    info = context.info
-    if echo and logprobs is not None and not (info.prompt_log_probs or info.context_logits):
-        raise ApiError(
-            400,
-            "echo: the prompt's log-probs need the engine's context logits, and this "
-            "TensorRT-LLM engine was built without --gather_context_logits (docs/gpu.md)",
-            param="echo",
-        )
+    echo_rules.check(context.info, echo=echo, logprobs=logprobs)
     if params.messages is not None:
         messages = [m.model_dump() for m in params.messages]
         prompt = chat_prompt(context.tokenizer, messages)
@@ -188,14 +182,10 @@ async def prepare(
         sampling["return_log_probs"] = True
         if logprobs and context.info.top_logprobs:  # an engine without the input refuses it
             sampling["num_top_logprobs"] = logprobs
-    engine_max_tokens, engine_stream = params.max_tokens, True
-    if (echo and logprobs is not None) or (prompt_only and context.info.prompt_log_probs):
-        engine_stream = _ask_prompt_scores(sampling, context)
-    if prompt_only:
-        # The cpu engine scores the prompt in its prefill alone (request_output_len 0); that
-        # TensorRT-LLM 0.20 accepts 0 is not verified: it generates one token, which is dropped
-        # (vLLM's way, `echo_without_generation`).
-        engine_max_tokens = 0 if context.info.prompt_log_probs else 1
+    engine_max_tokens, engine_stream = echo_rules.engine_request(
+        context.info, sampling, params.max_tokens,
+        echo=echo, prompt_only=prompt_only, logprobs=logprobs,
+    )  # fmt: skip
     # What the ensemble's preprocessing step adds: its default end and pad ids, the model's other
     # end ids as one-token stop words (an end, not a stop word: the api's text rule is for the
     # client's words), bad words as token ids with their variants.
@@ -245,13 +235,3 @@ async def prepare(
         echo=echo,
         prompt_only=prompt_only,
     )
-
-
-def _ask_prompt_scores(sampling: dict[str, float | int | bool], context: EngineContext) -> bool:
-    """Ask the engine for the prompt's log-probs; False when its answer must not be streamed."""
-    if context.info.prompt_log_probs:
-        sampling["return_prompt_log_probs"] = True  # the cpu engine's compact extension
-        return True
-    # TensorRT-LLM: every position's logits (an engine built with gather_context_logits).
-    sampling["return_context_logits"] = True
-    return False

@@ -25,7 +25,7 @@ from tritonbox_triton.render import render_repository
 from tritonbox_triton.settings import TritonSettings
 
 HERE = Path(__file__).parent
-EXTENSION = ("return_prompt_log_probs", "prompt_log_probs")
+EXTENSION: tuple[str, ...] = ("return_prompt_log_probs", "prompt_log_probs")
 EXTENSION += ("prompt_top_token_ids", "prompt_top_log_probs")
 
 
@@ -84,7 +84,7 @@ def test_logits_dtype_and_gather_flag_come_from_the_engine(
 ) -> None:
     # trtllm-build 0.20 writes build_config.gather_context_logits; the backend writes
     # context_logits as FP32 or FP16 (the engine's logits dtype), nothing else.
-    config = {"pretrained_config": {"logits_dtype": dtype}}
+    config: dict[str, Any] = {"pretrained_config": {"logits_dtype": dtype}}
     config["build_config"] = {"gather_context_logits": gather}
     (tmp_path / "config.json").write_text(json.dumps(config))
     values = logits_values(tmp_path)
