@@ -106,6 +106,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="largest LoRA adapter rank the engine serves (MAX_LORA_RANK; 0 = no LoRA plugin)",
     )
     parser.add_argument(
+        "--gather-context-logits",
+        action="store_true",
+        help="keep every prompt position's logits (trtllm-build --gather_context_logits): "
+        "needed for the api's `echo` with `logprobs`; costs vocab x prompt floats per request",
+    )
+    parser.add_argument(
         "--max-num-tokens",
         type=int,
         help="tokens per engine step (trtllm-build; default 8192, raised to --max-input-len: "
@@ -173,6 +179,8 @@ def build_command(args: argparse.Namespace, checkpoint: Path) -> list[str]:
     ]
     if preset.gemm_plugin:
         command.append("--gemm_plugin=auto")
+    if args.gather_context_logits:
+        command.append("--gather_context_logits")
     command.append(f"--use_paged_context_fmha={'enable' if paged_context(args) else 'disable'}")
     if args.max_lora_rank > 0:
         # Adapters are sent with requests (lora_task_id/lora_weights/lora_config), so no

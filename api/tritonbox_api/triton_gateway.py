@@ -40,6 +40,11 @@ class EngineInfo:
     # The engine follows guides (structured output): the cpu engine always; TensorRT-LLM when
     # its config turns xgrammar on (the engine folder had the tokenizer info; render.py).
     guided_decoding: bool = False
+    # The cpu engine's compact prompt log-probs (`return_prompt_log_probs`); without it the api
+    # asks TensorRT-LLM's `return_context_logits` and scores the prompt itself.
+    prompt_log_probs: bool = False
+    # A TensorRT-LLM engine built with --gather_context_logits (its config's parameter).
+    context_logits: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,9 @@ class TritonGateway:
             max_output_len=int_parameter(params, "max_output_len"),
             top_logprobs="num_top_logprobs" in inputs,
             guided_decoding=GUIDE_TYPE_INPUT in inputs and backend == "xgrammar",
+            prompt_log_probs="return_prompt_log_probs" in inputs,
+            context_logits=config_parameters(engine["config"]).get("gather_context_logits")
+            == "true",
         )
 
     async def lora_support(self) -> LoraSupport:

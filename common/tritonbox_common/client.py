@@ -84,6 +84,12 @@ def requested_outputs(request: GenerationRequest, with_text: bool) -> list[Infer
         names = (*names, "output_log_probs")
     if request.sampling.get("num_top_logprobs"):
         names = (*names, "top_token_ids", "top_log_probs")
+    if request.sampling.get("return_prompt_log_probs"):
+        names = (*names, "prompt_log_probs")
+        if request.sampling.get("num_top_logprobs"):
+            names = (*names, "prompt_top_token_ids", "prompt_top_log_probs")
+    if request.sampling.get("return_context_logits"):
+        names = (*names, "context_logits")
     return [InferRequestedOutput(name) for name in names]
 
 

@@ -29,6 +29,8 @@ SCALAR_INPUTS: dict[str, str] = {
     "seed": "UINT64",
     "return_log_probs": "BOOL",
     "num_top_logprobs": "INT32",  # the cpu engine's extension (docs/api.md); not the ensemble's
+    "return_context_logits": "BOOL",  # TensorRT-LLM's: every prompt position's logits
+    "return_prompt_log_probs": "BOOL",  # the cpu engine's compact extension of the above
     "beam_width": "INT32",
     "exclude_input_in_output": "BOOL",
 }

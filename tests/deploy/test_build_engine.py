@@ -227,3 +227,13 @@ def test_a_negative_lora_rank_is_refused(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         build_engine.parse_args(["--model=m", "--output=o", "--max-lora-rank=-1"])
     assert "--max-lora-rank -1" in capsys.readouterr().err
+
+
+def test_context_logits_are_gathered_on_request() -> None:
+    # trtllm-build 0.20's --gather_context_logits (a store_true flag): without it the executor
+    # refuses return_context_logits, which the api's `echo` with `logprobs` needs (docs/gpu.md).
+    _, build = commands(["--model=m", "--output=o", "--max-lora-rank=0"])
+    assert "--gather_context_logits" not in build
+    _, build = commands(["--model=m", "--output=o", "--gather-context-logits"])
+    assert "--gather_context_logits" in build
+    assert build.index("--gather_context_logits") < build.index("--lora_target_modules")

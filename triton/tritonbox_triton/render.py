@@ -16,6 +16,7 @@ from pathlib import Path
 from tritonbox_common.ensemble import ENGINE_MODEL, ENSEMBLE_MODEL, PIPELINE_MODELS
 from tritonbox_common.lora import LLAMA_MODULES
 from tritonbox_triton.engine_check import XGRAMMAR_TOKENIZER_INFO, EngineCheckError, check_engine
+from tritonbox_triton.engine_logits import logits_values
 from tritonbox_triton.engine_lora import lora_values
 from tritonbox_triton.settings import EngineFlavour, TritonSettings
 
@@ -111,6 +112,8 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
         "guided_decoding_backend": "xgrammar" if info.is_file() else "",
         "xgrammar_tokenizer_info_path": str(info) if info.is_file() else "",
     }
+    # Context logits (the prompt's log-probs for `echo`): their dtype, and whether it has them.
+    values |= logits_values(engine_dir)
     return values | {
         # The backend reads an empty value as "no token limit, use the memory fraction".
         "max_tokens_in_paged_kv_cache": str(settings.kv_cache_max_tokens or ""),
@@ -143,6 +146,7 @@ def placeholder_values(settings: TritonSettings) -> dict[str, str]:
     # The ensemble declares lora_weights as its engine step does: the GPU engine's dtype
     # (engine_lora.py), float32 for the cpu engine (no half-precision adapters on CPU).
     values.setdefault("lora_weights_data_type", "TYPE_FP32")
+    values.setdefault("logits_data_type", "TYPE_FP32")  # the ensemble's context_logits: cpu's
     for key, value in values.items():
         # A quote, backslash or newline would end or corrupt the pbtxt string it lands in.
         if any(char in value for char in '"\\\n\r'):

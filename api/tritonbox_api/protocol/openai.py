@@ -1,12 +1,12 @@
 """OpenAI-compatible request and response models (the subset this engine can honour).
 
 Options the engine cannot honour are refused with a message rather than ignored: `n` above
-MAX_CHOICES, `best_of` > 1, `suffix` (by validation), `echo` (no prompt log-probs from
-the engine), log-probs with `n` > 1, and top log-probs (`top_logprobs` or completions'
-`logprobs` above 0) on an engine without them (TensorRT-LLM 0.20 returns the chosen
-token's log-prob only); every refusal is a 400 naming the client's field
-(routes/openai_errors.py). `n` up to MAX_CHOICES, `logprobs` and `top_logprobs` (chat) and
-`logprobs` 0-5 (completions) are honoured.
+MAX_CHOICES, `best_of` > 1, `suffix` (by validation), log-probs with `n` > 1, and top
+log-probs (`top_logprobs` or completions' `logprobs` above 0) of generated tokens on an engine
+without them (TensorRT-LLM 0.20 returns the chosen token's log-prob only); every refusal is a
+400 naming the client's field (routes/openai_errors.py). `n` up to MAX_CHOICES, `logprobs` and
+`top_logprobs` (chat), `logprobs` 0-5 and `echo` (completions; with `max_tokens` 0 the prompt is
+only scored, as vLLM's) are honoured.
 TritonBox's extra sampling options (top_k, repetition_penalty, min_tokens, bad_words) and
 vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does; structured output
 (`response_format`, vLLM's guided_* and `structured_outputs`) is in structured.py.
@@ -66,7 +66,8 @@ class _OpenAIRequest(StructuredFields):
         return GenerationInput(
             **prompt,
             **sampling,
-            max_tokens=self.max_tokens,
+            # Completions' 0 (echo: the prompt only) reaches the engine as prepare() decides.
+            max_tokens=max(1, self.max_tokens),
             stop_words_list=stop,
             bad_words_list=self.bad_words,
             ignore_eos=self.ignore_eos,
@@ -75,9 +76,15 @@ class _OpenAIRequest(StructuredFields):
 
 class CompletionRequest(_OpenAIRequest):
     prompt: p.Prompt | list[p.Prompt] = Field(description="The text to continue (one prompt).")
-    # Refused with 400 by the route when true: prompt log-probs need every prompt position's
-    # logits from the engine's prefill (docs/api.md).
-    echo: bool = False
+    # 0 only with echo (vLLM's and OpenAI's way to score a text): checked in `generation()`.
+    max_tokens: int = p.MAX_TOKENS.field(
+        ge=0, description=p.MAX_TOKENS.description + " 0 with `echo`: score the prompt only."
+    )
+    echo: bool = Field(
+        default=False,
+        description="Return the prompt before the completion; with `logprobs`, the prompt's "
+        "tokens' log-probs too (the first token's are null).",
+    )
     logprobs: int | None = Field(
         default=None,
         ge=0,
@@ -87,7 +94,15 @@ class CompletionRequest(_OpenAIRequest):
     best_of: Literal[1] | None = None
     suffix: None = None
 
+    @property
+    def prompt_only(self) -> bool:
+        """`echo` with `max_tokens` 0: the prompt scored, nothing generated (vLLM's rule)."""
+        return self.echo and self.max_tokens == 0
+
     def generation(self) -> GenerationInput:
+        if self.max_tokens == 0 and not self.echo:
+            # vLLM's answer too ("max_tokens must be at least 1"): nothing to return.
+            raise ValueError("max_tokens: must be at least 1 (0 only with echo), got 0")
         if isinstance(self.prompt, list):
             if len(self.prompt) != 1:
                 raise ValueError("prompt: give one prompt per request")
@@ -96,11 +111,6 @@ class CompletionRequest(_OpenAIRequest):
 
     def top_logprobs_asked(self) -> tuple[int | None, str]:
         """None without log-probs, else how many alternatives; and the field that said so."""
-        if self.echo:
-            raise ValueError(
-                "echo: not supported: the prompt's log-probs would need the logits of every "
-                "prompt position from the engine's prefill, which it does not return"
-            )
         return self.logprobs, "logprobs"
 
 

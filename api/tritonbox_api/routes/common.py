@@ -64,6 +64,8 @@ async def start(
     logprobs: int | None = None,
     logprobs_field: str = "logprobs",
     n: int = 1,
+    echo: bool = False,
+    prompt_only: bool = False,
 ) -> Started:
     """Begin a prediction that is cancelled as soon as its client disconnects."""
     watcher = DisconnectWatcher(request.receive)
@@ -82,6 +84,8 @@ async def start(
             logprobs=logprobs,
             logprobs_field=logprobs_field,
             n=n,
+            echo=echo,
+            prompt_only=prompt_only,
         )
     except BaseException:
         watcher.close()

@@ -111,7 +111,8 @@ async def _answer(
     try:
         params = body.generation()
     except ValueError as error:
-        raise invalid("prompt", str(error).removeprefix("prompt: ")) from None
+        field = "max_tokens" if str(error).startswith("max_tokens: ") else "prompt"
+        raise invalid(field, str(error).removeprefix(f"{field}: ")) from None
     try:
         top, top_field = body.top_logprobs_asked()
     except ValueError as error:
@@ -141,6 +142,8 @@ async def _answer(
         logprobs=top,
         logprobs_field=top_field,
         n=body.n,
+        echo=isinstance(body, CompletionRequest) and body.echo,
+        prompt_only=isinstance(body, CompletionRequest) and body.prompt_only,
     )
     shape = Shape(chat, started)
     logprobs = None

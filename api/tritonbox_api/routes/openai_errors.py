@@ -71,6 +71,9 @@ def client_named(error: ApiError, request: Any, *, chat: bool) -> ApiError:
     if error.param is None:
         return error
     named = client_param(error.param, request, chat=chat)
+    if named == "min_tokens" and client_param("max_tokens", request, chat=chat) != "max_tokens":
+        # Its limit is the answer's length: named as the client sent it, too.
+        error.message = error.message.replace("max_tokens (", "max_completion_tokens (")
     if named != error.param:
         if error.message.startswith(f"{error.param}:"):
             error.message = named + error.message.removeprefix(error.param)

@@ -5,7 +5,8 @@ The values are the engine's (docs/api.md says which distribution). A token's tex
 tokenizer's decoding of that one token, as vLLM shows it; a token that is part of a multi-byte
 character decodes to U+FFFD on its own. The entries cover every generated token counted in
 `usage.completion_tokens`, the tokens of a stop word that ended the answer included (its text is
-cut from the output, not from the log-probs).
+cut from the output, not from the log-probs). With `echo` the prompt's tokens come first, the
+first of them with a null log-prob and null top log-probs (vLLM's and OpenAI's shape).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class LogprobShape:
             text = self._texts[token] = str(self._tokenizer.decode([token]))
         return text
 
-    def _chat_entry(self, token: int, logprob: float) -> dict[str, Any]:
+    def _chat_entry(self, token: int, logprob: float | None) -> dict[str, Any]:
         text = self._text(token)
         shown = max(logprob, MIN_LOGPROB)
         return {"token": text, "logprob": shown, "bytes": list(text.encode())}
@@ -52,12 +53,16 @@ class LogprobShape:
                 ]
                 content.append(entry)
             return {"content": content, "refusal": None}
-        tokens, offsets, tops = [], [], []
+        tokens, offsets = [], []
+        tops: list[dict[str, float] | None] = []
         for token, logprob, top in entries:
             text = self._text(token)
             tokens.append(text)
             offsets.append(self._offset)
             self._offset += len(text)
+            if logprob is None:  # the prompt's first token (echo): nothing came before it
+                tops.append(None)
+                continue
             ids, values = top or ([], [])
             # OpenAI's legacy rule: the N best, and the chosen token's too when not among them.
             best = {

@@ -40,6 +40,7 @@ from tritonbox_api.text.stop_words import StopStringMatcher
 from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
 from tritonbox_common.client import Chunk, TritonRequestError
 from tritonbox_common.log_probs import TopLogprobs, token_log_probs, top_log_probs
+from tritonbox_common.prompt_log_probs import prompt_log_probs
 
 __all__ = ["Ended", "Event", "PredictionService", "RunningPrediction"]
 
@@ -96,6 +97,17 @@ def _add_logprobs(running: RunningPrediction, chunk: Chunk) -> None:
     tops: list[TopLogprobs | None] = [*top_log_probs(chunk.result, len(chunk.ids))]
     tops = tops or [None] * len(chunk.ids)
     running.logprobs += zip(chunk.ids, values, tops, strict=True)
+
+
+def _add_prompt_logprobs(running: RunningPrediction, chunk: Chunk) -> None:
+    """With `echo`: the prompt tokens' entries, first (from the engine's first response)."""
+    prepared = running.prepared
+    ids = prepared.request.input_ids or ()
+    entries = prompt_log_probs(chunk.result, ids, prepared.logprobs or 0)
+    if entries is None:
+        raise TritonRequestError("the engine sent no prompt log-probs with its first response "
+                                 "(prompt_log_probs or context_logits)")  # fmt: skip
+    running.logprobs[:0] = entries
 
 
 class PredictionService:
@@ -301,10 +313,16 @@ class PredictionService:
 
         request = prepared.request
         progress.engine_opened = True
+        echo = prepared.echo  # the prompt's text (and entries) still to come first
         async with contextlib.aclosing(self._stream(prepared, progress)) as chunks:
             async for chunk in chunks:
                 progress.engine_finished = chunk.final
-                if not chunk.ids:
+                if echo:  # vLLM: the prompt comes with the first chunk
+                    if prepared.logprobs is not None and index == 0:
+                        _add_prompt_logprobs(running, chunk)
+                    emit(request.prompt)
+                    echo = False
+                if not chunk.ids or prepared.prompt_only:  # prompt_only: a token is dropped
                     continue
                 if progress.time_to_first_token_s is None:
                     progress.time_to_first_token_s = time.perf_counter() - started
@@ -323,7 +341,7 @@ class PredictionService:
         if matcher.stopped:
             progress.finish_reason = FinishReason.STOP_WORD
             progress.stop_word = matcher.matched
-        elif progress.completion_tokens >= request.max_tokens:
+        elif prepared.prompt_only or progress.completion_tokens >= request.max_tokens:
             progress.finish_reason = FinishReason.LENGTH
         else:
             progress.finish_reason = FinishReason.STOP

@@ -15,6 +15,7 @@ from typing import Any
 
 from tritonbox_api.protocol.errors import ApiError, invalid
 from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_api.service import echo as echo_rules
 from tritonbox_api.service.adapters import AdapterSelection
 from tritonbox_api.service.engine_context import EngineContext
 from tritonbox_common import parameters as p
@@ -39,6 +40,8 @@ class PreparedGeneration:
     stop_words: tuple[str, ...]
     adapter: AdapterSelection | None = None  # the LoRA adapter that answers; None: the base
     logprobs: int | None = None  # None: none; N: each token's log-prob and its N best rivals
+    echo: bool = False  # the prompt's text (and with `logprobs` its tokens' entries) comes first
+    prompt_only: bool = False  # echo with max_tokens 0: nothing generated is returned
 
     def with_adapter(self, adapter: AdapterSelection) -> PreparedGeneration:
         return replace(self, request=replace(self.request, lora=adapter.lora), adapter=adapter)
@@ -105,6 +108,8 @@ async def prepare(
     max_tokens_given: bool | None = None,
     logprobs: int | None = None,
     logprobs_field: str = "logprobs",
+    echo: bool = False,
+    prompt_only: bool = False,
 ) -> PreparedGeneration:
     """`max_tokens_given`: whether the client chose max_tokens (by default, whether `params`
     has it set; a route that builds `params` itself knows better). `logprobs`: return each
@@ -139,7 +144,9 @@ async def prepare(
         )
     if stream and params.beam_width > 1:
         raise invalid("beam_width", "streaming needs beam_width 1; set stream to false")
-    if logprobs and not context.info.top_logprobs:
+    # The prompt's own top alternatives come from TensorRT-LLM's context logits (scored here),
+    # so only generated tokens' are missing on an engine without top log-probs.
+    if logprobs and not context.info.top_logprobs and not prompt_only:
         raise ApiError(
             400,
             f"{logprobs_field}: this engine returns only the chosen token's log-prob "
@@ -152,6 +159,7 @@ async def prepare(
             "this engine does not follow guides: a TensorRT-LLM engine needs xgrammar's "
             "tokenizer info in its folder (docs/gpu.md, 'Guided decoding')",
         )
+    echo_rules.check(context.info, echo=echo, logprobs=logprobs)
     if params.messages is not None:
         messages = [m.model_dump() for m in params.messages]
         prompt = chat_prompt(context.tokenizer, messages)
@@ -178,8 +186,12 @@ async def prepare(
     sampling["seed"] = seed
     if logprobs is not None:
         sampling["return_log_probs"] = True
-        if logprobs:  # only then: an engine without the input (a GPU one) refuses it
+        if logprobs and context.info.top_logprobs:  # an engine without the input refuses it
             sampling["num_top_logprobs"] = logprobs
+    engine_max_tokens, engine_stream = echo_rules.engine_request(
+        context.info, sampling, params.max_tokens,
+        echo=echo, prompt_only=prompt_only, logprobs=logprobs,
+    )  # fmt: skip
     # What the ensemble's preprocessing step adds: its default end and pad ids, the model's other
     # end ids as one-token stop words (an end, not a stop word: the api's text rule is for the
     # client's words), bad words as token ids with their variants.
@@ -197,8 +209,10 @@ async def prepare(
         stop_word_ids=pack_word_ids(extra_ends) if extra_ends else None,
         bad_word_ids=encode_word_list(context.tokenizer, bad_words) if bad_words else None,
         prompt=prompt,
-        max_tokens=params.max_tokens,
-        stream=True,  # the api always streams from the engine; it buffers for non-streaming clients
+        max_tokens=engine_max_tokens,
+        # The api streams from the engine (it buffers for non-streaming clients), except for
+        # TensorRT-LLM's context logits, which every streamed response would carry again.
+        stream=engine_stream,
         # Stop words stay here: the api's exact-text matcher is their one rule. The engine would
         # only see token ids, a looser rule that ended answers where the text does not appear;
         # the api stops the engine's request itself when its matcher finds a word.
@@ -217,6 +231,8 @@ async def prepare(
         "messages": [m.model_dump() for m in params.messages] if params.messages else None,
         "engine_prompt": prompt,
         **({"logprobs": logprobs} if logprobs is not None else {}),
+        **({"echo": True} if echo else {}),
+        **({"max_tokens": 0} if prompt_only else {}),
     }
     return PreparedGeneration(
         request=request,
@@ -224,4 +240,6 @@ async def prepare(
         applied=applied,
         stop_words=tuple(stop_words),
         logprobs=logprobs,
+        echo=echo,
+        prompt_only=prompt_only,
     )

@@ -66,6 +66,8 @@ async def begin(
     logprobs: int | None = None,
     logprobs_field: str = "logprobs",
     n: int = 1,
+    echo: bool = False,
+    prompt_only: bool = False,
 ) -> Started:
     """Start a prediction; `on_start` sees it before its first event is awaited."""
     try:
@@ -82,6 +84,8 @@ async def begin(
         max_tokens_given=max_tokens_given,
         logprobs=logprobs,
         logprobs_field=logprobs_field,
+        echo=echo,
+        prompt_only=prompt_only,
     )
     if adapter is not None:
         prepared = prepared.with_adapter(adapter)

@@ -37,8 +37,9 @@ class ChoiceText:
 
 
 Event = str | ChoiceText | Ended  # a piece of output text, or the end
-# One generated token's id, log-prob and (when asked for) its most likely alternatives.
-TokenLogprob = tuple[int, float, TopLogprobs | None]
+# One token's id, log-prob and (when asked for) its most likely alternatives: a generated
+# token's, or with `echo` a prompt token's (the first has no log-prob: None, None).
+TokenLogprob = tuple[int, float | None, TopLogprobs | None]
 
 
 class EventQueue:

@@ -133,6 +133,18 @@ def test_logprobs_refusals_name_the_field(client: openai.OpenAI, model: str) -> 
     with pytest.raises(openai.APIStatusError) as too_many:
         client.completions.create(model=model, prompt="Hi", max_tokens=2, logprobs=6)
     assert too_many.value.body["param"] == "logprobs"  # type: ignore[index]
-    with pytest.raises(openai.BadRequestError) as echo:
-        client.completions.create(model=model, prompt="Hi", max_tokens=1, echo=True, logprobs=1)
-    assert echo.value.body["param"] == "echo" and "prefill" in echo.value.message  # type: ignore[index]
+    # max_tokens 0 scores the prompt with echo only (vLLM: "max_tokens must be at least 1").
+    with pytest.raises(openai.BadRequestError) as zero:
+        client.completions.create(model=model, prompt="Hi", max_tokens=0)
+    assert zero.value.body["param"] == "max_tokens"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as chat_echo:  # chat has no echo
+        client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=2, extra_body={"echo": True}
+        )
+    assert chat_echo.value.body["param"] == "echo"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as short:  # its limit, named as it was sent
+        client.chat.completions.create(
+            model=model, messages=MESSAGES, max_completion_tokens=2, extra_body={"min_tokens": 3}
+        )
+    assert short.value.body["param"] == "min_tokens"  # type: ignore[index]
+    assert "at most max_completion_tokens (2)" in short.value.message

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from tritonbox_triton.engine.prompt_logprobs import PromptScores
 from tritonbox_triton.engine.scheduler import EngineFinish, TopLogprobs
 
 
@@ -22,6 +23,8 @@ class CollectingSink:
         self.done = threading.Event()
         self._cancel_after = cancel_after
         self.tokens_when_cancel_seen: int | None = None
+        self.prompt: PromptScores | None = None
+        self.prompt_before_tokens = False  # on_prompt came before any on_tokens
 
     def is_cancelled(self) -> bool:
         cancelled = self._cancel_after is not None and len(self.tokens) >= self._cancel_after
@@ -43,6 +46,10 @@ class CollectingSink:
         if finish is not None:
             self.finish = finish
             self.done.set()
+
+    def on_prompt(self, scores: PromptScores) -> None:
+        self.prompt = scores
+        self.prompt_before_tokens = self.calls == 0
 
     def on_error(self, message: str) -> None:
         self.error = message

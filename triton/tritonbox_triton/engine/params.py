@@ -49,6 +49,10 @@ class SamplingParams:
     # Structured output: the compiled grammar of guided_decoding_guide(_type) (grammar.py),
     # set by the Triton model after these scalars are read.
     guide: Guide | None = field(default=None, compare=False, repr=False)
+    # The prompt's scores from the prefill (engine/prompt_logprobs.py): TensorRT-LLM's full
+    # `context_logits`, and TritonBox's compact prompt log-probs.
+    return_context_logits: bool = False
+    return_prompt_log_probs: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -117,9 +121,19 @@ def sampling_params(
     exclude_input_default: bool,
 ) -> SamplingParams:
     """Validate and convert the optional scalar inputs; every error names its tensor and limit."""
-    max_tokens = int(_number(tensors, "request_output_len", -1, low=1, high=limits.max_output_len))
+    max_tokens = int(_number(tensors, "request_output_len", -1, low=0, high=limits.max_output_len))
     if max_tokens < 0:
         raise RequestError("request_output_len: required")
+    prompt_scores = (
+        _flag(tensors, "return_context_logits", False),
+        _flag(tensors, "return_prompt_log_probs", False),
+    )
+    if max_tokens == 0 and not any(prompt_scores):
+        # 0 means a prefill only, which is worth running only for the prompt's scores.
+        raise RequestError(
+            "request_output_len: must be >= 1, or 0 with return_context_logits or "
+            "return_prompt_log_probs (score the prompt, generate nothing)"
+        )
     if prompt_len + max_tokens > limits.kv_cache_max_tokens:
         raise RequestError(
             f"request_output_len: prompt ({prompt_len}) + output ({max_tokens}) tokens exceed the "
@@ -147,4 +161,6 @@ def sampling_params(
         exclude_input_in_output=_flag(tensors, "exclude_input_in_output", exclude_input_default),
         return_log_probs=_flag(tensors, "return_log_probs", False),
         num_top_logprobs=int(_number(tensors, "num_top_logprobs", 0, low=0, high=MAX_TOP)),
+        return_context_logits=prompt_scores[0],
+        return_prompt_log_probs=prompt_scores[1],
     )

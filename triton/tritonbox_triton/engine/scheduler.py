@@ -28,6 +28,7 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from . import prompt_logprobs
 from .kv_batch import BatchedKVCache
 from .lora_layers import EngineAdapter, LoraRows
 from .params import EngineLimits, SamplingParams
@@ -72,6 +73,9 @@ class TokenSink(Protocol):
 
     def on_cancelled(self) -> None:
         """The request was cancelled by its client; no further calls follow."""
+
+    def on_prompt(self, scores: prompt_logprobs.PromptScores) -> None:
+        """The prompt's scores, when asked for: before the request's first `on_tokens`."""
 
 
 class EngineObserver(Protocol):
@@ -324,10 +328,16 @@ class InflightBatcher:
             input_ids=torch.tensor([request.prompt]),
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=prompt_logprobs.logits_to_keep(request.params),
         )
         self._step["context"] += 1
         self._step["context_tokens"] += len(request.prompt)
+        if prompt_logprobs.wanted(request.params):
+            prompt_logprobs.send(request.sink, output.logits[0], request.prompt, request.params)
+        if request.params.max_tokens == 0:  # prefill only: the prompt scored, nothing generated
+            request.sink.on_tokens([], [], EngineFinish.LENGTH)
+            self._observer.on_finished(EngineFinish.LENGTH.value)
+            return
         state = SequenceState(
             params=request.params,
             prompt=request.prompt,

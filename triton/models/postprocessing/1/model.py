@@ -18,6 +18,9 @@ from tritonbox_common.tokenization import decode_outputs, load_tokenizer
 from tritonbox_triton.parent_watch import watch_parent
 
 PASSTHROUGH = (("CUM_LOG_PROBS", "OUT_CUM_LOG_PROBS"), ("OUTPUT_LOG_PROBS", "OUT_OUTPUT_LOG_PROBS"))
+# NVIDIA's postprocessing passes the engine's context logits through too, in their own dtype
+# (FP32 or FP16: the engine's logits dtype).
+CONTEXT_LOGITS = ("CONTEXT_LOGITS", "OUT_CONTEXT_LOGITS")
 
 
 class TritonPythonModel:
@@ -50,6 +53,9 @@ class TritonPythonModel:
             tensor = pb_utils.get_input_tensor_by_name(request, source)
             if tensor is not None:
                 outputs.append(pb_utils.Tensor(target, np.asarray(tensor.as_numpy(), np.float32)))
+        logits = pb_utils.get_input_tensor_by_name(request, CONTEXT_LOGITS[0])
+        if logits is not None:
+            outputs.append(pb_utils.Tensor(CONTEXT_LOGITS[1], logits.as_numpy()))
         return pb_utils.InferenceResponse(output_tensors=outputs)
 
     def finalize(self) -> None:

@@ -37,6 +37,7 @@ from tritonbox_triton.engine.params import (
     prompt_ids,
     sampling_params,
 )
+from tritonbox_triton.engine.prompt_logprobs import PromptScores
 from tritonbox_triton.engine.scheduler import (
     EngineFinish,
     EngineRequest,
@@ -55,11 +56,16 @@ OPTIONAL_INPUTS = (
     "repetition_penalty", "min_tokens", "presence_penalty", "frequency_penalty", "seed",
     "return_log_probs", "streaming", "exclude_input_in_output", "stop", "num_top_logprobs",
     GUIDE_TYPE_INPUT, GUIDE_INPUT,
+    "return_context_logits", "return_prompt_log_probs",
 )  # fmt: skip
 
 
 def _response(
-    ids: list[int], logprobs: list[float], top: list[TopLogprobs] | None = None, count: int = 0
+    ids: list[int],
+    logprobs: list[float],
+    top: list[TopLogprobs] | None = None,
+    count: int = 0,
+    prompt: PromptScores | None = None,
 ) -> Any:
     tokens = np.asarray(ids, dtype=np.int32).reshape(1, 1, -1)
     outputs = [
@@ -75,6 +81,8 @@ def _response(
         values = np.asarray([lps for _, lps in top], dtype=np.float32).reshape(1, 1, -1, count)
         outputs.append(pb_utils.Tensor("top_token_ids", top_ids))
         outputs.append(pb_utils.Tensor("top_log_probs", values))
+    if prompt is not None:  # the prompt's scores (engine/prompt_logprobs.py), first response only
+        outputs += [pb_utils.Tensor(name, array) for name, array in prompt.tensors.items()]
     return pb_utils.InferenceResponse(output_tensors=outputs)
 
 
@@ -110,6 +118,7 @@ class TritonSink:
         self._ids: list[int] = [] if params.exclude_input_in_output else list(prompt)
         self._logprobs: list[float] = []
         self._top: list[TopLogprobs] | None = [] if params.num_top_logprobs else None
+        self._prompt: PromptScores | None = None  # sent with the next response, then dropped
 
     def _send(self, response: Any, final: bool) -> None:
         try:
@@ -129,7 +138,8 @@ class TritonSink:
     ) -> None:
         if self._params.streaming:
             new_top = None if self._top is None else list(top)
-            response = _response(tokens, logprobs, new_top, self._params.num_top_logprobs)
+            count, prompt, self._prompt = self._params.num_top_logprobs, self._prompt, None
+            response = _response(tokens, logprobs, new_top, count, prompt)
             self._send(response, final=finish is not None)
             return
         self._ids += tokens
@@ -138,7 +148,11 @@ class TritonSink:
             self._top += top
         if finish is not None:
             top_count = self._params.num_top_logprobs
-            self._send(_response(self._ids, self._logprobs, self._top, top_count), final=True)
+            response = _response(self._ids, self._logprobs, self._top, top_count, self._prompt)
+            self._send(response, final=True)
+
+    def on_prompt(self, scores: PromptScores) -> None:
+        self._prompt = scores
 
     def on_error(self, message: str) -> None:
         self._send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), final=True)
