@@ -13,7 +13,7 @@ vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +23,7 @@ from tritonbox_common import parameters as p
 MAX_CHOICES = 8  # `n`: choices per request, each an engine request of its own
 MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI's
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
+_ONE_ITEM = {"minItems": 1, "maxItems": 1}
 
 
 class StreamOptions(BaseModel):
@@ -72,7 +73,11 @@ class _OpenAIRequest(BaseModel):
 
 
 class CompletionRequest(_OpenAIRequest):
-    prompt: p.Prompt | list[p.Prompt] = Field(description="The text to continue (one prompt).")
+    # A list holds one prompt: the schema says so (minItems/maxItems) and `generation` refuses
+    # any other length with its own message.
+    prompt: p.Prompt | Annotated[list[p.Prompt], Field(json_schema_extra=_ONE_ITEM)] = Field(
+        description="The text to continue (one prompt)."
+    )
     # Refused with 400 by the route when true: prompt log-probs need every prompt position's
     # logits from the engine's prefill (docs/api.md).
     echo: bool = False
