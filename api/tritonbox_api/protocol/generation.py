@@ -11,6 +11,22 @@ from tritonbox_common.guided import GuidedDecoding
 
 MAX_MESSAGES = 256
 
+# "Exactly one of prompt and messages" stated in the JSON schema, so that generated clients and
+# contract tests (schemathesis) know it: either a prompt and no messages (absent or null), or
+# messages and no prompt. The two branches exclude each other, so anyOf says "exactly one".
+_PROMPT_OR_MESSAGES: dict[str, Any] = {
+    "anyOf": [
+        {
+            "required": ["prompt"],
+            "properties": {"prompt": {"type": "string"}, "messages": {"type": "null"}},
+        },
+        {
+            "required": ["messages"],
+            "properties": {"messages": {"type": "array"}, "prompt": {"type": "null"}},
+        },
+    ]
+}
+
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -22,11 +38,12 @@ class ChatMessage(BaseModel):
 class GenerationInput(BaseModel):
     """A prompt (or chat messages) and how to answer it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_PROMPT_OR_MESSAGES)
 
     prompt: p.Prompt | None = Field(default=None, description="The text to continue.")
     messages: list[ChatMessage] | None = Field(
         default=None,
+        min_length=1,
         max_length=MAX_MESSAGES,
         description="A chat instead of a prompt; the model's chat template turns it into one.",
     )
@@ -50,8 +67,6 @@ class GenerationInput(BaseModel):
     def _prompt_or_messages(self) -> Self:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give either `prompt` or `messages`, not both and not neither")
-        if self.messages is not None and not self.messages:
-            raise ValueError("messages: give at least one message")
         return self
 
     def sent(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does; struct
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +25,7 @@ from tritonbox_common import parameters as p
 MAX_CHOICES = 8  # `n`: choices per request, each an engine request of its own
 MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI's
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
+_ONE_ITEM = {"minItems": 1, "maxItems": 1}
 
 
 class StreamOptions(BaseModel):
@@ -75,7 +76,11 @@ class _OpenAIRequest(StructuredFields):
 
 
 class CompletionRequest(_OpenAIRequest):
-    prompt: p.Prompt | list[p.Prompt] = Field(description="The text to continue (one prompt).")
+    # A list holds one prompt: the schema says so (minItems/maxItems) and `generation` refuses
+    # any other length with its own message.
+    prompt: p.Prompt | Annotated[list[p.Prompt], Field(json_schema_extra=_ONE_ITEM)] = Field(
+        description="The text to continue (one prompt)."
+    )
     # 0 only with echo (vLLM's and OpenAI's way to score a text): checked in `generation()`.
     max_tokens: int = p.MAX_TOKENS.field(
         ge=0, description=p.MAX_TOKENS.description + " 0 with `echo`: score the prompt only."

@@ -91,6 +91,30 @@ def api_routes(app: FastAPI) -> Iterator[RouteContext]:
             yield context
 
 
+# FastAPI's OpenAPI model holds `minimum`/`maximum` as floats, which turns every integer bound
+# into 0.0-style numbers and rounds those past 2**53: seed's 2**63 - 1 came out as 2**63, so a
+# client that trusts the document sends a seed the api refuses. The integer bounds this api sets
+# past 2**53 are int64's and uint64's limits, recovered from their rounded value here.
+_WIDE_BOUNDS = {float(bound): bound for bound in (2**63 - 1, -(2**63), 2**64 - 1)}
+
+
+def _exact_integer_bounds(node: Any) -> None:
+    """Give every integer schema in `node` its bounds back as integers (exact ones)."""
+    if isinstance(node, list):
+        for item in node:
+            _exact_integer_bounds(item)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "integer":
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            bound = node.get(key)
+            if isinstance(bound, float) and bound.is_integer():
+                node[key] = _WIDE_BOUNDS.get(bound, int(bound))
+    for value in node.values():
+        _exact_integer_bounds(value)
+
+
 def install(app: FastAPI) -> None:
     """Build the document as FastAPI does, then drop the 422s no route of this api answers."""
     generate = app.openapi
@@ -108,6 +132,7 @@ def install(app: FastAPI) -> None:
         if "HTTPValidationError" not in json.dumps(document["paths"]):
             for name in ("HTTPValidationError", "ValidationError"):
                 document.get("components", {}).get("schemas", {}).pop(name, None)
+        _exact_integer_bounds(document)
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]

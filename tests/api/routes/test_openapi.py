@@ -81,6 +81,20 @@ def test_fastapis_validation_body_is_nowhere() -> None:
     assert "ValidationError" not in DOCUMENT["components"]["schemas"]
 
 
+def test_rules_the_schema_can_state_are_in_it() -> None:
+    schemas = DOCUMENT["components"]["schemas"]
+    # seed's bound exactly (FastAPI's float rounds 2**63 - 1 up to 2**63), integers as integers.
+    for name in ("GenerationInput", "CompletionRequest", "ChatCompletionRequest"):
+        seed = schemas[name]["properties"]["seed"]["anyOf"][0]
+        assert seed == {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+    # Exactly one of prompt and messages, on /predict and in /v1/predictions' input.
+    for name in ("GenerationInput", "PredictRequest"):
+        branches = schemas[name]["anyOf"]
+        assert [branch["required"] for branch in branches] == [["prompt"], ["messages"]]
+    prompt = schemas["CompletionRequest"]["properties"]["prompt"]["anyOf"][1]
+    assert (prompt["minItems"], prompt["maxItems"]) == (1, 1)
+
+
 def _guarded(route: RouteContext) -> bool:
     return any(d.call is require_api_key for d in route.dependant.dependencies)
 
