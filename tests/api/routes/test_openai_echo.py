@@ -11,7 +11,8 @@ import httpx
 import openai
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
+from tritonbox_testing.reference import engine_model
 
 from tritonbox_common.tokenization import encode_prompt
 from tritonbox_triton.prepare_model import prepare_default_model
@@ -24,8 +25,7 @@ TOLERANCE = 1e-4
 @pytest.fixture(scope="module")
 def checkpoint(triton_server: Any) -> tuple[Any, Any]:
     folder = prepare_default_model(triton_server.settings.cache_dir / "models" / DEFAULT_MODEL_NAME)
-    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    return loaded.eval(), AutoTokenizer.from_pretrained(folder)
+    return engine_model(folder), AutoTokenizer.from_pretrained(folder)
 
 
 def prompt_reference(checkpoint: tuple[Any, Any]) -> tuple[list[int], torch.Tensor]:

@@ -9,7 +9,8 @@ import httpx
 import openai
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
+from tritonbox_testing.reference import engine_model, greedy_generate
 
 from tritonbox_common.tokenization import encode_prompt
 from tritonbox_triton.prepare_model import prepare_default_model
@@ -24,19 +25,13 @@ TOLERANCE = 1e-4
 def checkpoint(triton_server: Any) -> tuple[Any, Any]:
     """The checkpoint the engine serves (the prepared default model), loaded by transformers."""
     folder = prepare_default_model(triton_server.settings.cache_dir / "models" / DEFAULT_MODEL_NAME)
-    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    return loaded.eval(), AutoTokenizer.from_pretrained(folder)
+    return engine_model(folder), AutoTokenizer.from_pretrained(folder)
 
 
 def reference(checkpoint: tuple[Any, Any], prompt: str) -> tuple[list[int], torch.Tensor]:
     """Greedy ids from transformers and the log-softmax of the logits at each of them."""
     hf_model, tokenizer = checkpoint
-    ids = encode_prompt(tokenizer, prompt, 4096)
-    with torch.inference_mode():
-        out = hf_model.generate(torch.tensor([ids]), max_new_tokens=TOKENS, do_sample=False)
-        generated = out[0, len(ids) :].tolist()
-        logits = hf_model(out).logits[0, len(ids) - 1 : -1].float()
-    return generated, torch.log_softmax(logits, dim=-1)
+    return greedy_generate(hf_model, encode_prompt(tokenizer, prompt, 4096), TOKENS)
 
 
 def engine_prompt(api: httpx.Client, prediction_id: str) -> str:

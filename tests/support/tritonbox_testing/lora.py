@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM
+from tritonbox_testing.reference import engine_model, greedy_ids
 
 from tritonbox_common.lora import read_peft_adapter, task_id, to_lora_tensors
 
@@ -19,7 +19,8 @@ ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_pro
 
 
 def load_base(model_dir: Path) -> Any:
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    """The base as the engine runs it (reference.py): peft keeps the adapters in float32."""
+    return engine_model(model_dir)
 
 
 def make_adapter(model_dir: Path, folder: Path, seed: int, **options: Any) -> Path:
@@ -62,16 +63,11 @@ def reference(
     peft_model: Any, prompt: list[int], adapter: str | None, max_tokens: int
 ) -> list[int]:
     """Greedy `generate()` with `adapter` (None = the bare base), without the final eos."""
-    kwargs = {"max_new_tokens": max_tokens, "do_sample": False}
-    with torch.inference_mode():
-        if adapter is None:
-            with peft_model.disable_adapter():
-                output = peft_model.generate(input_ids=torch.tensor([prompt]), **kwargs)
-        else:
-            peft_model.set_adapter(adapter)
-            output = peft_model.generate(input_ids=torch.tensor([prompt]), **kwargs)
-    ids = output[0, len(prompt) :].tolist()
-    return ids[:-1] if ids and ids[-1] == EOS else ids
+    if adapter is None:
+        with peft_model.disable_adapter():
+            return greedy_ids(peft_model, prompt, max_tokens, EOS)
+    peft_model.set_adapter(adapter)
+    return greedy_ids(peft_model, prompt, max_tokens, EOS)
 
 
 def lora_inputs(folder: Path, *, with_weights: bool = True) -> dict[str, np.ndarray[Any, Any]]:

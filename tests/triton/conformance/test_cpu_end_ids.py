@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
+from tritonbox_testing.reference import greedy_generate
 
 from tritonbox_common.client import Generation, GenerationRequest, TritonLLMClient
 
@@ -37,10 +37,8 @@ def generate(url: str, request: GenerationRequest) -> Generation:
 
 
 def greedy_reference(model: Any, tokenizer: Any, max_tokens: int) -> list[int]:
-    ids = tokenizer(PROMPT).input_ids
-    with torch.inference_mode():
-        output = model.generate(torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False)
-    return [int(token) for token in output[0, len(ids) :]]
+    ids, _ = greedy_generate(model, tokenizer(PROMPT).input_ids, max_tokens)
+    return ids
 
 
 def test_the_cpu_engine_stops_on_every_declared_end_id(

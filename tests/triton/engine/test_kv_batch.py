@@ -42,8 +42,11 @@ def test_dropping_the_longest_row_trims_padding() -> None:
     assert (batch.rows, batch.columns) == (1, 2)
     assert batch.mask.tolist() == [[1, 1]]
     mask, positions = batch.decode_inputs()
-    assert mask is None  # nothing padded: the same call generate() makes
-    assert positions.tolist() == [[2]]
+    assert mask is None  # nothing padded
+    assert positions.tolist() == [[2], [2]]  # a lone row decodes with its twin (kv_batch.py)
+    assert batch.cache is not None
+    keys = batch.cache.layers[0].keys  # type: ignore[union-attr]
+    assert keys is not None and keys.shape[0] == 2 and torch.equal(keys[0], keys[1])
     batch.keep_rows([])
     assert batch.rows == 0
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from tritonbox_testing.reference import greedy_ids
 
 from tritonbox_common.word_lists import decode_word_list, encode_word_list
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
@@ -41,12 +41,7 @@ def reference(
     model: PreTrainedModel, prompt: list[int], max_tokens: int, **kwargs: Any
 ) -> list[int]:
     """transformers' generate() on the same checkpoint: the result the engine must reproduce."""
-    with torch.inference_mode():
-        output = model.generate(  # type: ignore[operator]
-            torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False, **kwargs
-        )
-    ids = output[0, len(prompt) :].tolist()
-    return ids[:-1] if ids and ids[-1] == EOS else ids
+    return greedy_ids(model, prompt, max_tokens, EOS, **kwargs)
 
 
 @pytest.fixture(scope="module")

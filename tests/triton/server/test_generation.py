@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
-import torch
 import tritonclient.grpc as grpcclient
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from tritonbox_testing.reference import greedy_ids
 
 from tritonbox_common.client import (
     Generation,
@@ -45,13 +45,7 @@ def chat(tokenizer: PreTrainedTokenizerBase, text: str) -> str:
 def reference(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt: str, max_tokens: int
 ) -> list[int]:
-    ids = tokenizer(prompt).input_ids
-    with torch.inference_mode():
-        output = model.generate(  # type: ignore[operator]
-            torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False
-        )
-    generated = output[0, len(ids) :].tolist()
-    return generated[:-1] if generated and generated[-1] == EOS else generated
+    return greedy_ids(model, tokenizer(prompt).input_ids, max_tokens, EOS)
 
 
 async def generate_all(url: str, *requests: GenerationRequest) -> list[Generation | BaseException]:

@@ -42,16 +42,22 @@ def float64_attention(
     scale = dim**-0.5 if scaling is None else scaling
     grouped = query.reshape(batch, kv_heads, groups * queries, dim).double()
     scores = torch.matmul(grouped, key.double().transpose(-1, -2)) * scale
+    if attention_mask is None and queries > 1:
+        # transformers leaves out a mask that would only be causal: query i of the last
+        # `queries` positions sees the keys up to its own.
+        keys = key.shape[2]
+        attention_mask = torch.ones(queries, keys, dtype=torch.bool).tril(keys - queries)
     if attention_mask is not None:
-        mask = attention_mask.reshape(batch, 1, 1, queries, -1).expand(-1, -1, groups, -1, -1)
-        scores = scores.masked_fill(~mask.reshape(batch, 1, groups * queries, -1), float("-inf"))
+        mask = attention_mask.reshape(-1, 1, 1, queries, attention_mask.shape[-1])
+        mask = mask.expand(-1, -1, groups, -1, -1).reshape(mask.shape[0], 1, groups * queries, -1)
+        scores = scores.masked_fill(~mask, float("-inf"))
     output = torch.matmul(scores.softmax(dim=-1), value.double())
     output = output.reshape(batch, heads, queries, dim).transpose(1, 2).contiguous()
     return output.to(query.dtype), None
 
 
 AttentionInterface.register(ATTENTION, float64_attention)
-# Always a boolean mask, causal one included (the fused path may skip it and rely on is_causal).
+# A boolean mask, as the fused path gets (True = attend).
 AttentionMaskInterface.register(ATTENTION, functools.partial(sdpa_mask, allow_is_causal_skip=False))
 
 

@@ -8,6 +8,11 @@ RoPE exact. A decode step writes its new column in place: the cache is not copie
 alone and copied into a free row; a finished one is dropped by moving the rows after it up, and
 columns that are padding in every remaining row are trimmed so the cache does not keep a dead
 sequence's length. The buffers grow by doubling and are freed when the batch empties.
+
+A lone sequence decodes as two identical rows (`shown_rows`): PyTorch multiplies a single row
+by another kernel than two or more (oneDNN's), whose sums round differently in bfloat16, so a
+request would answer differently alone than beside others. With at least two rows every request
+goes through the same kernel, whatever its neighbours (tests/triton/engine).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ class _SlotLayer(DynamicLayer):
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         assert self.key_buffer is not None and self.value_buffer is not None
-        rows, start = self._batch.rows, self._batch.columns
+        rows, start = key_states.shape[0], self._batch.columns
         end = start + key_states.shape[-2]
         self.key_buffer[:rows, :, start:end] = key_states
         self.value_buffer[:rows, :, start:end] = value_states
@@ -77,6 +82,11 @@ class BatchedKVCache:
     def columns(self) -> int:
         return int(self.mask.shape[1])
 
+    @property
+    def shown_rows(self) -> int:
+        """Rows of the next forward pass: a lone sequence runs twice (see the module's text)."""
+        return 2 if self.rows == 1 else self.rows
+
     def _allocate(self, like: list[tuple[torch.Tensor, torch.Tensor]], columns: int) -> None:
         keys, values = like[0]
         rows = max(self._max_rows, 1)
@@ -109,8 +119,13 @@ class BatchedKVCache:
                 setattr(layer, name, new)
 
     def _show(self) -> None:
+        if self.rows == 1:  # the lone sequence's twin: row 1 holds a copy of row 0
+            for layer in self._layers:
+                for buffer in (layer.key_buffer, layer.value_buffer):
+                    assert buffer is not None
+                    buffer[1, :, : self.columns] = buffer[0, :, : self.columns]
         for layer in self._layers:
-            layer.show(self.rows, self.columns)
+            layer.show(self.shown_rows, self.columns)
 
     def add_sequence(self, cache: DynamicCache) -> None:
         """Copy the prefilled cache of one sequence in as the last row."""
@@ -119,7 +134,7 @@ class BatchedKVCache:
         if not self._layers:
             self._allocate(prefilled, max(INITIAL_COLUMNS, 2 * length))
         rows, width = self.rows, max(self.columns, length)
-        self._grow(rows + 1, width + 1)
+        self._grow(max(rows + 1, 2), width + 1)
         if width > self.columns and rows:
             # The new sequence is the longest: move the others right, keeping them aligned.
             shift, old = width - self.columns, self.columns
@@ -158,15 +173,18 @@ class BatchedKVCache:
         self._show()
 
     def decode_inputs(self) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """Attention mask (None if nothing is padded) and position ids of one new token per row."""
-        self._grow(self.rows, self.columns + 1)
-        positions = self.mask.sum(dim=1, keepdim=True)
-        if bool(self.mask.all()):
+        """Attention mask (None if nothing is padded) and position ids of one new token per shown
+        row."""
+        self._grow(self.shown_rows, self.columns + 1)
+        rows = self.mask.expand(self.shown_rows, -1)
+        positions = rows.sum(dim=1, keepdim=True)
+        if bool(rows.all()):
             return None, positions
-        mask = torch.cat([self.mask, torch.ones(self.rows, 1, dtype=torch.long)], dim=1)
+        mask = torch.cat([rows, torch.ones(self.shown_rows, 1, dtype=torch.long)], dim=1)
         return mask, positions
 
     def advance(self) -> None:
         """Record that the last forward pass appended one real token to every row."""
         self.mask = torch.cat([self.mask, torch.ones(self.rows, 1, dtype=torch.long)], dim=1)
-        self._show()
+        for layer in self._layers:
+            layer.show(self.shown_rows, self.columns)

@@ -1,15 +1,17 @@
 """Many LoRA adapters in one forward pass: each targeted nn.Linear adds its rows' own low-rank
-product, punica/LoRAX style, on top of the untouched base weights (nothing is merged).
+product on top of the untouched base weights (nothing is merged).
 
-For the adapters of the current batch, a layer concatenates their A matrices along the rank
-axis (A_cat [sum r, in]) and their B matrices likewise (B_cat [out, sum r]); a 0/1 mask keeps,
-for each row, only its own adapter's rank segment:
+For each adapter in the batch a layer computes the product in float32 (for every row: a product
+of one row would go through another kernel) and adds it to the base output of that adapter's rows
+before rounding back to the model's dtype:
 
-    y = base(x) + ((x @ A_cat^T) * mask_row) @ B_cat^T
+    y[rows of a] = base(x)[rows of a] + (x[rows of a] @ A_aᵀ) @ B_aᵀ
 
-Two small matmuls per layer whatever the number of adapters. A base row's mask is all zeros,
-so its delta is exactly 0.0 and its output is bit-for-bit the base model's. The concatenation
-is built when the set of adapters in the batch changes, not every step.
+That is peft's arithmetic for one adapter, so a row answers the same beside other adapters as
+alone, also in bfloat16. (Concatenating every adapter's A and B into one product with a 0/1 mask,
+punica-style, saves matmuls but sums each row's product among other adapters' zeros in another
+order: in bfloat16 a mixed batch then drifted from the solo answers within 20 tokens.) A base
+row gets nothing added and is bit-for-bit the base model's.
 """
 
 from __future__ import annotations
@@ -65,14 +67,11 @@ class LoraRows:
 
 @dataclass(eq=False)
 class _Plan:
-    """One layer's concatenated weights for one set of adapters."""
+    """One layer's weights for one set of adapters: (group, A [r, in], B [out, r]) for each
+    adapter that targets this layer."""
 
     groups: tuple[EngineAdapter, ...]  # held, so no adapter here is freed while planned
-    a: torch.Tensor | None  # [sum r, in]; None when no adapter here targets this layer
-    b: torch.Tensor | None  # [out, sum r]
-    # [groups + 1, 1, sum r]: group g's 0/1 rank columns; the last row (index -1) is all zeros,
-    # a base row's mask.
-    masks: torch.Tensor
+    parts: list[tuple[int, torch.Tensor, torch.Tensor]]
 
     def serves(self, groups: tuple[EngineAdapter, ...]) -> bool:
         return len(groups) == len(self.groups) and all(
@@ -93,8 +92,8 @@ class LoraLinear(nn.Module):
         self.key = (layer, module)
         self._rows = rows
         self._plans: list[_Plan] = []  # most recently used first
-        self._mask = torch.zeros(0)  # [rows, 1, sum r]
-        self._mask_for: tuple[int, _Plan | None] = (-1, None)
+        self._row_index: dict[int, torch.Tensor] = {}  # group -> its rows, for `_indexed_for`
+        self._indexed_for = -1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
@@ -102,13 +101,22 @@ class LoraLinear(nn.Module):
         if not rows.groups:
             return y
         plan = self._plan(rows.groups)
-        if plan.a is None or plan.b is None:
+        if not plan.parts:
             return y  # no adapter in this batch targets this layer
-        if self._mask_for[0] != rows.version or self._mask_for[1] is not plan:
-            self._mask = plan.masks[rows.row_group].to(x.dtype)
-            self._mask_for = (rows.version, plan)
-        hidden = F.linear(x, plan.a) * self._mask
-        return y + F.linear(hidden, plan.b)
+        if self._indexed_for != rows.version:
+            self._row_index = {
+                g: (rows.row_group == g).nonzero().flatten() for g in range(len(rows.groups))
+            }
+            self._indexed_for = rows.version
+        out, x32 = y.float(), x.float()
+        for group, a, b in plan.parts:
+            index = self._row_index[group]
+            if index.numel():
+                # Every row's product, then this adapter's rows: a product over one row would
+                # take PyTorch's one-row kernel, which rounds otherwise (kv_batch.py).
+                delta = F.linear(F.linear(x32, a), b)
+                out.index_add_(0, index, delta.index_select(0, index))
+        return out.to(y.dtype)
 
     def _plan(self, groups: tuple[EngineAdapter, ...]) -> _Plan:
         for index, plan in enumerate(self._plans):
@@ -116,25 +124,12 @@ class LoraLinear(nn.Module):
                 if index:
                     self._plans.insert(0, self._plans.pop(index))
                 return plan
-        a_parts, b_parts, segments, start = [], [], [], 0
+        parts = []
         for group, adapter in enumerate(groups):
             pair = adapter.weights.get(self.key)
             if pair is not None:
-                a_parts.append(pair[0])
-                b_parts.append(pair[1])
-                segments.append((group, start, start + pair[0].shape[0]))
-                start += pair[0].shape[0]
-        # One adapter (every prefill, a single-adapter batch): its own tensors, no copy.
-        a = a_parts[0] if len(a_parts) == 1 else torch.cat(a_parts) if a_parts else None
-        b = b_parts[0] if len(b_parts) == 1 else torch.cat(b_parts, dim=1) if b_parts else None
-        # Adapters are converted in float32; the engine may run in bfloat16.
-        dtype = self.base.weight.dtype
-        a = None if a is None else a.to(dtype)
-        b = None if b is None else b.to(dtype)
-        masks = torch.zeros(len(groups) + 1, 1, start)
-        for group, first, end in segments:
-            masks[group, 0, first:end] = 1
-        plan = _Plan(groups, a, b, masks)
+                parts.append((group, pair[0], pair[1]))
+        plan = _Plan(groups, parts)
         self._plans = [plan, *self._plans[: PLANS_KEPT - 1]]
         return plan
 

@@ -350,9 +350,11 @@ class InflightBatcher:
 
     def _decode_step(self) -> None:
         mask, positions = self._kv.decode_inputs()
-        last = torch.tensor([[run.state.generated[-1]] for run in self._running])
+        # A lone sequence runs as two identical rows (kv_batch.py says why).
+        rows = self._running * (self._kv.shown_rows // len(self._running))
+        last = torch.tensor([[run.state.generated[-1]] for run in rows])
         if self._lora_rows is not None:
-            self._lora_rows.use([run.request.lora for run in self._running])
+            self._lora_rows.use([run.request.lora for run in rows])
         output = self._model(
             input_ids=last,
             attention_mask=mask,
