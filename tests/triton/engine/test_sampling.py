@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 from transformers.generation.logits_process import (
@@ -14,6 +16,7 @@ from tritonbox_triton.engine.params import SamplingParams
 from tritonbox_triton.engine.sampling import (
     SequenceState,
     _apply_penalties,
+    _draw,
     _filter_top_k_top_p,
     choose_token,
 )
@@ -96,3 +99,25 @@ def test_logprob_is_of_the_chosen_token() -> None:
     choice = choose_token(logits.clone(), state(temperature=0.0))
     assert choice.token == 3
     assert choice.logprob == pytest.approx(float(torch.log_softmax(logits, -1)[3]))
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.95, 0.99])
+@pytest.mark.parametrize("scale", [2.0, 6.0, 12.0])
+def test_top_p_over_a_model_sized_vocabulary_matches_transformers(
+    top_p: float, scale: float
+) -> None:
+    # A model's logits are peaked: top-p then decides among a few candidates instead of sorting
+    # all 49,152 (scale 2 is flat enough to take the full sort).
+    logits = torch.randn(49152, generator=torch.Generator().manual_seed(int(scale))) * scale
+    expected = TopPLogitsWarper(top_p)(torch.tensor([[0]]), logits[None].clone())
+    assert torch.equal(_filter_top_k_top_p(logits.clone(), 0, top_p), expected[0])
+
+
+def test_a_draw_follows_the_distribution_and_never_takes_a_removed_token() -> None:
+    probs = torch.zeros(1000)
+    probs[[3, 500, 999]] = torch.tensor([0.2, 0.5, 0.3])
+    generator = torch.Generator().manual_seed(0)
+    draws = Counter(_draw(probs, generator) for _ in range(4000))
+    assert set(draws) == {3, 500, 999}
+    for token, share in ((3, 0.2), (500, 0.5), (999, 0.3)):
+        assert abs(draws[token] / 4000 - share) < 0.03
