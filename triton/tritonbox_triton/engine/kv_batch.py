@@ -62,7 +62,7 @@ class _SlotLayer(DynamicLayer):
 
 def _prefilled(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     # Llama-style models only have full-attention DynamicLayers, which hold `keys`/`values`.
-    return [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[misc]
+    return [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
 
 
 class BatchedKVCache:
