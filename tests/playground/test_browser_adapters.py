@@ -119,7 +119,7 @@ def test_base_vs_fine_tune_in_two_clicks_shared_and_reopened(
     page.locator("#compare_run").click()
     link_box = page.locator("#compare_link textarea, #compare_link input").first
     expect(link_box).not_to_have_value(link)  # cleared when the run starts ...
-    expect(link_box).to_have_value(re.compile(r"\?compare=\w"), timeout=180_000)  # ... then new
+    expect(link_box).to_have_value(re.compile(r"\?compare=[\w-]"), timeout=180_000)  # ... then new
     again = [page.locator(f"#compare_answer_{c} textarea").input_value() for c in "ab"]
     assert again == answers
 

@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 import triton_python_backend_utils as pb_utils
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from tritonbox_common.word_lists import decode_word_list
+from tritonbox_triton.engine.attention import load_model
 from tritonbox_triton.engine.dtype import describe, engine_dtype
 from tritonbox_triton.engine.grammar import GUIDE_INPUT, GUIDE_TYPE_INPUT, GuideCompiler
 from tritonbox_triton.engine.lora_cache import LORA_INPUTS, LoraCache, LoraResolver
@@ -236,8 +237,7 @@ class TritonPythonModel:
         self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
         dtype_setting = params.get("cpu_dtype", "auto")
         dtype = engine_dtype(dtype_setting)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
-        model.eval()
+        model = load_model(model_dir, dtype)  # float64 attention: engine/attention.py says why
         max_input_len, max_output_len = int(params["max_input_len"]), int(params["max_output_len"])
         max_batch_size = int(params["max_batch_size"])
         # 0 = no cap of its own: room for a full batch of the longest requests.
