@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -24,7 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from scripts.benchmarks.proc import cpu_by_pid, machine_cpu_seconds, process_tree, processes_now
+from scripts.benchmarks.proc import (
+    cpu_by_pid,
+    machine_cpu_seconds,
+    process_tree,
+    processes_now,
+    stop_group,
+)
 from tritonbox_testing.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,13 +74,7 @@ def native_stack(folder: Path, workers: int) -> Iterator[Stack]:
         _wait_ok(stack.playground_url, up, folder / "up.log")
         yield stack
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(up.pid, signal.SIGINT)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
+        stop_group(up)
         log.close()
 
 

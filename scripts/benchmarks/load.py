@@ -35,12 +35,20 @@ async def sse(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -> list[A
     return events
 
 
-def grpc_path(grpc: TritonLLMClient) -> One:
-    """Straight to Triton with the api's own gRPC client."""
+def grpc_path(
+    grpc: TritonLLMClient,
+    prompt: str = PROMPT,
+    sampling: dict[str, float | int | bool] = SAMPLING,
+    *,
+    exact_length: bool = False,
+) -> One:
+    """Straight to Triton with the api's own gRPC client; `exact_length`: every request gets
+    exactly the tokens it asks for (min_tokens, and end_id -1 as `ignore_eos` sends)."""
 
     async def direct(tokens: int) -> Sample:
+        asked = {**sampling, "min_tokens": tokens, "end_id": -1} if exact_length else sampling
         started, ttft, count = time.perf_counter(), 0.0, 0
-        async for chunk in grpc.stream(GenerationRequest(PROMPT, tokens, sampling=SAMPLING)):
+        async for chunk in grpc.stream(GenerationRequest(prompt, tokens, sampling=asked)):
             if chunk.ids and not count:
                 ttft = time.perf_counter() - started
             count += len(chunk.ids)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 
@@ -100,3 +102,15 @@ def rss_bytes(pids: list[int]) -> int:
             line = next(row for row in status.splitlines() if row.startswith("VmRSS:"))
             total += int(line.split()[1]) * 1024
     return total
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """Interrupt the process group `process` leads (started with start_new_session) as Ctrl-C
+    would, and kill it if it has not ended within `timeout_s`."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from scripts.benchmarks.load import One, Sample, sse
+from scripts.benchmarks.load import One, Sample, grpc_path, sse
 from scripts.benchmarks.proc import (
     cpu_seconds,
     machine_cpu_seconds,
@@ -39,7 +39,7 @@ from scripts.benchmarks.vllm_env import install, start_vllm
 from scripts.benchmarks.vllm_report import Batch, Server, report
 from transformers import AutoTokenizer
 
-from tritonbox_common.client import GenerationRequest, TritonLLMClient
+from tritonbox_common.client import TritonLLMClient
 
 REPO = Path(__file__).resolve().parents[2]
 # 39 tokens with SmolLM2's tokenizer (checked at start), as in the measurement that set the goal.
@@ -76,21 +76,6 @@ def openai_path(http: httpx.AsyncClient, base: str, model: str) -> One:
         if usage["prompt_tokens"] != PROMPT_TOKENS:
             raise RuntimeError(f"{base}: {usage['prompt_tokens']} prompt tokens")
         return first - started, int(usage["completion_tokens"])
-
-    return one
-
-
-def triton_path(grpc: TritonLLMClient) -> One:
-    """Straight to Triton's ensemble over gRPC with the api's own client."""
-
-    async def one(tokens: int) -> Sample:
-        sampling = {**SAMPLING, "min_tokens": tokens, "end_id": -1}
-        started, ttft, count = time.perf_counter(), 0.0, 0
-        async for chunk in grpc.stream(GenerationRequest(PROMPT, tokens, sampling=sampling)):
-            if chunk.ids and not count:
-                ttft = time.perf_counter() - started
-            count += len(chunk.ids)
-        return ttft, count
 
     return one
 
@@ -165,7 +150,7 @@ def serve_tritonbox(args: argparse.Namespace, folder: Path, rep: int) -> Server:
                 model = (await http.get(f"{url}/v1/models")).json()["data"][0]["id"]
                 paths = {
                     "TritonBox api": openai_path(http, url, model),
-                    "TritonBox Triton": triton_path(grpc),
+                    "TritonBox Triton": grpc_path(grpc, PROMPT, SAMPLING, exact_length=True),
                 }
                 try:
                     return await measure(paths, args, pids, rep)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+from scripts.benchmarks.proc import stop_group
 from tritonbox_testing.ports import free_ports
 
 VLLM_VERSION = "0.32.0"
@@ -82,16 +82,7 @@ def start_vllm(
             command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
 
-    def stop() -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-    stack.callback(stop)
+    stack.callback(stop_group, process)
     url = f"http://127.0.0.1:{port}"
     while time.monotonic() - started < READY_TIMEOUT_S and process.poll() is None:
         with contextlib.suppress(httpx.TransportError):
