@@ -9,6 +9,10 @@ alone and copied into a free row; a finished one is dropped by moving the rows a
 columns that are padding in every remaining row are trimmed so the cache does not keep a dead
 sequence's length. The buffers grow by doubling and are freed when the batch empties.
 
+Keys and values are kept in float64, all layers in one tensor each: the attention computes in
+float64 (attention.py), so a step converts nothing, and the compiled step (compiled_step.py)
+takes the two tensors as they are.
+
 A lone sequence decodes as two identical rows (`shown_rows`): PyTorch multiplies a single row
 by another kernel than two or more (oneDNN's), whose sums round differently in bfloat16, so a
 request would answer differently alone than beside others. With at least two rows every request
@@ -35,16 +39,22 @@ class _SlotLayer(DynamicLayer):
     see with a `DynamicLayer`.
     """
 
-    def __init__(self, batch: BatchedKVCache) -> None:
+    def __init__(self, batch: BatchedKVCache, index: int) -> None:
         super().__init__()
         self._batch = batch
-        self.key_buffer: torch.Tensor | None = None
-        self.value_buffer: torch.Tensor | None = None
+        self._index = index
+
+    @property
+    def key_buffer(self) -> torch.Tensor:
+        return self._batch.key_buffers[self._index]
+
+    @property
+    def value_buffer(self) -> torch.Tensor:
+        return self._batch.value_buffers[self._index]
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        assert self.key_buffer is not None and self.value_buffer is not None
         rows, start = key_states.shape[0], self._batch.columns
         end = start + key_states.shape[-2]
         self.key_buffer[:rows, :, start:end] = key_states
@@ -54,13 +64,12 @@ class _SlotLayer(DynamicLayer):
         return self.keys, self.values
 
     def show(self, rows: int, columns: int) -> None:
-        assert self.key_buffer is not None and self.value_buffer is not None
         self.keys = self.key_buffer[:rows, :, :columns]
         self.values = self.value_buffer[:rows, :, :columns]
         self.is_initialized = True
 
 
-def _prefilled(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def prefilled_layers(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     # Llama-style models only have full-attention DynamicLayers, which hold `keys`/`values`.
     return [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
 
@@ -72,6 +81,9 @@ class BatchedKVCache:
         self._max_rows = max_rows
         self.cache: DynamicCache | None = None
         self._layers: list[_SlotLayer] = []
+        # [layers, row capacity, kv heads, column capacity, head_dim], float64
+        self.key_buffers = torch.zeros(0)
+        self.value_buffers = torch.zeros(0)
         self.mask = torch.zeros(0, 0, dtype=torch.long)  # [rows, columns]; 1 = a real token
 
     @property
@@ -88,48 +100,47 @@ class BatchedKVCache:
         return 2 if self.rows == 1 else self.rows
 
     def _allocate(self, like: list[tuple[torch.Tensor, torch.Tensor]], columns: int) -> None:
-        keys, values = like[0]
-        rows = max(self._max_rows, 1)
-        self._layers = [_SlotLayer(self) for _ in like]
-        for layer in self._layers:
-            # Zeros, not empty: padding columns are masked, but garbage there could be NaN,
-            # and 0 × NaN is NaN.
-            layer.key_buffer = keys.new_zeros(rows, keys.shape[1], columns, keys.shape[3])
-            layer.value_buffer = values.new_zeros(rows, values.shape[1], columns, values.shape[3])
+        keys = like[0][0]
+        rows = max(self._max_rows, 2)
+        self._layers = [_SlotLayer(self, index) for index in range(len(like))]
+        # Zeros, not empty: padding columns are masked, but garbage there could be NaN, and
+        # 0 × NaN is NaN.
+        shape = (len(like), rows, keys.shape[1], columns, keys.shape[3])
+        self.key_buffers = torch.zeros(shape, dtype=torch.float64)
+        self.value_buffers = torch.zeros(shape, dtype=torch.float64)
         self.cache = DynamicCache()
         self.cache.layers = list(self._layers)
 
     def _grow(self, rows: int, columns: int) -> None:
         """Room for `rows` rows of `columns` columns, by doubling (a copy of the used part,
         rarely: the first decode steps of a long batch, or a batch over `max_rows`)."""
-        buffer = self._layers[0].key_buffer
-        assert buffer is not None
-        have_rows, have_columns = int(buffer.shape[0]), int(buffer.shape[2])
+        have_rows, have_columns = int(self.key_buffers.shape[1]), int(self.key_buffers.shape[3])
         if rows <= have_rows and columns <= have_columns:
             return
         while have_rows < rows:
             have_rows *= 2
         while have_columns < columns:
             have_columns *= 2
-        for layer in self._layers:
-            for name in ("key_buffer", "value_buffer"):
-                old: torch.Tensor = getattr(layer, name)
-                new = old.new_zeros(have_rows, old.shape[1], have_columns, old.shape[3])
-                new[: self.rows, :, : self.columns] = old[: self.rows, :, : self.columns]
-                setattr(layer, name, new)
+        for name in ("key_buffers", "value_buffers"):
+            old: torch.Tensor = getattr(self, name)
+            new = old.new_zeros(old.shape[0], have_rows, old.shape[2], have_columns, old.shape[4])
+            new[:, : self.rows, :, : self.columns] = old[:, : self.rows, :, : self.columns]
+            setattr(self, name, new)
 
     def _show(self) -> None:
         if self.rows == 1:  # the lone sequence's twin: row 1 holds a copy of row 0
-            for layer in self._layers:
-                for buffer in (layer.key_buffer, layer.value_buffer):
-                    assert buffer is not None
-                    buffer[1, :, : self.columns] = buffer[0, :, : self.columns]
+            for buffers in (self.key_buffers, self.value_buffers):
+                buffers[:, 1, :, : self.columns] = buffers[:, 0, :, : self.columns]
         for layer in self._layers:
             layer.show(self.shown_rows, self.columns)
 
     def add_sequence(self, cache: DynamicCache) -> None:
         """Copy the prefilled cache of one sequence in as the last row."""
-        prefilled = _prefilled(cache)
+        self.add_prefilled(prefilled_layers(cache))
+
+    def add_prefilled(self, prefilled: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Copy one sequence's keys and values (per layer, [1, heads, length, dim]) in as the
+        last row."""
         length = int(prefilled[0][0].shape[2])
         if not self._layers:
             self._allocate(prefilled, max(INITIAL_COLUMNS, 2 * length))
@@ -138,16 +149,13 @@ class BatchedKVCache:
         if width > self.columns and rows:
             # The new sequence is the longest: move the others right, keeping them aligned.
             shift, old = width - self.columns, self.columns
-            for layer in self._layers:
-                for buffer in (layer.key_buffer, layer.value_buffer):
-                    assert buffer is not None
-                    buffer[:rows, :, shift:width] = buffer[:rows, :, :old].clone()
-                    buffer[:rows, :, :shift] = 0
-        for layer, (keys, values) in zip(self._layers, prefilled, strict=True):
-            assert layer.key_buffer is not None and layer.value_buffer is not None
-            for buffer, states in ((layer.key_buffer, keys), (layer.value_buffer, values)):
-                buffer[rows, :, : width - length] = 0  # a row that left may have been here
-                buffer[rows, :, width - length : width] = states[0]
+            for buffers in (self.key_buffers, self.value_buffers):
+                buffers[:, :rows, :, shift:width] = buffers[:, :rows, :, :old].clone()
+                buffers[:, :rows, :, :shift] = 0
+        for buffers, states in ((self.key_buffers, 0), (self.value_buffers, 1)):
+            buffers[:, rows, :, : width - length] = 0  # a row that left may have been here
+            new = torch.stack([layer[states][0] for layer in prefilled])
+            buffers[:, rows, :, width - length : width] = new
         new_row = F.pad(torch.ones(1, length, dtype=torch.long), (width - length, 0))
         self.mask = torch.cat([F.pad(self.mask, (width - self.columns, 0)), new_row])
         self._show()
@@ -156,6 +164,7 @@ class BatchedKVCache:
         """Keep only these rows, in this order, and trim all-padding columns."""
         if not rows:
             self.cache, self._layers = None, []  # the buffers go: an idle engine holds none
+            self.key_buffers, self.value_buffers = torch.zeros(0), torch.zeros(0)
             self.mask = torch.zeros(0, 0, dtype=torch.long)
             return
         index = torch.tensor(rows, dtype=torch.long)
@@ -164,11 +173,9 @@ class BatchedKVCache:
         first = int(used[0]) if used.numel() else mask.shape[1]
         moved = rows != list(range(len(rows)))
         if moved or first:
-            for layer in self._layers:
-                for buffer in (layer.key_buffer, layer.value_buffer):
-                    assert buffer is not None
-                    kept = buffer[:, :, first : self.columns].index_select(0, index)
-                    buffer[: len(rows), :, : self.columns - first] = kept
+            for buffers in (self.key_buffers, self.value_buffers):
+                kept = buffers[:, :, :, first : self.columns].index_select(1, index)
+                buffers[:, : len(rows), :, : self.columns - first] = kept
         self.mask = mask[:, first:]
         self._show()
 
@@ -182,6 +189,14 @@ class BatchedKVCache:
             return None, positions
         mask = torch.cat([rows, torch.ones(self.shown_rows, 1, dtype=torch.long)], dim=1)
         return mask, positions
+
+    def decode_bias(self, mask: torch.Tensor | None) -> torch.Tensor:
+        """`decode_inputs`' mask as the compiled step takes it: float64, 0 where a row attends,
+        -inf on its padding."""
+        bias = torch.zeros(self.shown_rows, self.columns + 1, dtype=torch.float64)
+        if mask is not None:
+            bias.masked_fill_(mask == 0, float("-inf"))
+        return bias
 
     def advance(self) -> None:
         """Record that the last forward pass appended one real token to every row."""

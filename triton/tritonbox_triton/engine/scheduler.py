@@ -28,8 +28,9 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from . import prompt_logprobs
-from .kv_batch import BatchedKVCache
+from . import prefill, prompt_logprobs
+from .decode_step import DecodeStep, unsupported
+from .kv_batch import BatchedKVCache, prefilled_layers
 from .lora_layers import EngineAdapter, LoraRows
 from .params import EngineLimits, SamplingParams
 from .sampling import SequenceState, choose_token
@@ -132,8 +133,16 @@ class InflightBatcher:
         max_queue_size: int = 0,
         observer: EngineObserver | None = None,
         lora_rows: LoraRows | None = None,
+        threads: int = 0,
     ) -> None:
         self._model = model
+        self._threads = threads  # torch threads of the engine's thread (0: torch's default)
+        # Decodes batches without adapters instead of the model's forward; the two give the
+        # same logits bit for bit (decode_step.py).
+        reason = unsupported(model)
+        self._fast_step = DecodeStep(model) if reason is None else None
+        if reason is not None:
+            log.warning("decoding with the model's forward: %s", reason)
         # Set before every forward pass: which adapter each row uses (attach_lora's layers).
         self._lora_rows = lora_rows
         self._decode = decode
@@ -200,6 +209,14 @@ class InflightBatcher:
         return ask_client and request.sink.is_cancelled()
 
     def start(self) -> None:
+        """Serve on a thread of its own, with `threads` torch threads.
+
+        Its caller should then run no parallel torch work of its own (torch.set_num_threads(1)):
+        libgomp keeps a team of workers for every thread that starts a parallel region, and once
+        more workers exist than cores it stops spinning between regions. Each of a step's ~200
+        matrix products then waits for its worker to wake: a decode step took 57 ms instead of
+        27 ms (docs/cpu-engine.md).
+        """
         self._thread = threading.Thread(target=self._loop, name="inflight-batcher", daemon=True)
         self._thread.start()
 
@@ -217,6 +234,9 @@ class InflightBatcher:
         self._running.clear()
 
     def _loop(self) -> None:
+        if self._threads > 0:
+            # OpenMP's thread count is per calling thread: the engine's own (start() says more).
+            torch.set_num_threads(self._threads)
         while not self._stopping:
             try:
                 busy = self.run_once()
@@ -300,32 +320,57 @@ class InflightBatcher:
         return sum(run.request.reserved_tokens for run in self._running)
 
     def _admit(self) -> None:
-        while len(self._running) < self._max_batch_size:
+        admitted: list[EngineRequest] = []
+        while len(self._running) + len(admitted) < self._max_batch_size:
             with self._wakeup:
                 if not self._waiting:
-                    return
+                    break
                 request = self._waiting[0]
-                if self._running and (
-                    self._reserved() + request.reserved_tokens > self._limits.kv_cache_max_tokens
+                reserved = self._reserved() + sum(r.reserved_tokens for r in admitted)
+                if (self._running or admitted) and (
+                    reserved + request.reserved_tokens > self._limits.kv_cache_max_tokens
                 ):
-                    return  # wait for KV cache room; the request stays first in line
+                    break  # wait for KV cache room; the request stays first in line
                 self._waiting.popleft()
             if self._is_cancelled(request):
                 self._cancel([request])
                 continue
+            admitted.append(request)
+        together = [r for r in admitted if prefill.shareable(r.params, r.lora is not None)]
+        alone = [r for r in admitted if r not in together]
+        runs = prefill.groups([r.prompt for r in together])
+        for run in [[together[i] for i in run] for run in runs] + [[r] for r in alone]:
             try:
-                self._prefill(request)
+                if len(run) > 1:
+                    self._prefill_together(run)
+                else:
+                    self._prefill(run[0])
             except Exception as error:
                 log.exception("prefill failed")
-                request.sink.on_error(f"prefill failed: {error}")
-                self._observer.on_finished("error")
+                for request in run:
+                    request.sink.on_error(f"prefill failed: {error}")
+                    self._observer.on_finished("error")
+
+    def _prefill_together(self, requests: list[EngineRequest]) -> None:
+        """One forward pass for several prompts (prefill.py)."""
+        if self._lora_rows is not None:
+            self._lora_rows.use([None] * len(requests))
+        logits, layers = prefill.prefill_together(self._model, [r.prompt for r in requests])
+        self._step["context"] += len(requests)
+        self._step["context_tokens"] += sum(len(r.prompt) for r in requests)
+        for request, row, own in zip(requests, logits.float(), layers, strict=True):
+            self._start(request, row, own)
 
     def _prefill(self, request: EngineRequest) -> None:
         cache = DynamicCache(config=self._model.config)
+        # An adapter's float32 products go through MKL, whose sums depend on the number of rows
+        # (a 13-token prompt alone rounds otherwise than twice over): its prompt runs as two
+        # identical rows, as peft's generate() of the twin reference does (kv_batch.py).
+        copies = 1 if request.lora is None else 2
         if self._lora_rows is not None:
-            self._lora_rows.use([request.lora])
+            self._lora_rows.use([request.lora] * copies)
         output = self._model(
-            input_ids=torch.tensor([request.prompt]),
+            input_ids=torch.tensor([request.prompt] * copies),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=prompt_logprobs.logits_to_keep(request.params),
@@ -338,14 +383,19 @@ class InflightBatcher:
             request.sink.on_tokens([], [], EngineFinish.LENGTH)
             self._observer.on_finished(EngineFinish.LENGTH.value)
             return
+        own = [(keys[:1], values[:1]) for keys, values in prefilled_layers(cache)]
+        self._start(request, output.logits[0, -1].float(), own)
+
+    def _start(self, request: EngineRequest, logits: torch.Tensor, layers: prefill.Layers) -> None:
+        """Its first token from the prefill's `logits`; then it joins the decode batch."""
         state = SequenceState(
             params=request.params,
             prompt=request.prompt,
             words=WordRules(self._decode, request.stop_words, request.bad_words),
         )
         run = _Running(request=request, state=state)
-        if not self._advance(run, output.logits[0, -1].float()):
-            self._kv.add_sequence(cache)
+        if not self._advance(run, logits):
+            self._kv.add_prefilled(layers)
             self._running.append(run)
 
     def _decode_step(self) -> None:
@@ -353,18 +403,28 @@ class InflightBatcher:
         # A lone sequence runs as two identical rows (kv_batch.py says why).
         rows = self._running * (self._kv.shown_rows // len(self._running))
         last = torch.tensor([[run.state.generated[-1]] for run in rows])
+        adapters = False
         if self._lora_rows is not None:
             self._lora_rows.use([run.request.lora for run in rows])
-        output = self._model(
-            input_ids=last,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=self._kv.cache,
-            use_cache=True,
-        )
+            adapters = bool(self._lora_rows.groups)
+        if self._fast_step is not None and not adapters:
+            kv = self._kv
+            bias = kv.decode_bias(mask)
+            step = self._fast_step(
+                last[:, 0], positions[:, 0], bias, kv.key_buffers, kv.value_buffers
+            )
+        else:
+            output = self._model(
+                input_ids=last,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=self._kv.cache,
+                use_cache=True,
+            )
+            step = output.logits[:, -1]
         self._kv.advance()
         self._step["generation"] = len(self._running)
-        logits = output.logits[:, -1].float()
+        logits = step.float()
         keep = [
             i for i, run in enumerate(self._running) if not self._advance(run, logits[i].clone())
         ]

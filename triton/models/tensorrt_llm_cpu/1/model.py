@@ -17,7 +17,7 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,7 @@ from tritonbox_triton.engine.scheduler import (
 from tritonbox_triton.engine.stats import FAMILIES, IterationStats, nvidia_values
 from tritonbox_triton.engine.words import text_decoder
 from tritonbox_triton.parent_watch import watch_parent
+from tritonbox_triton.response_sender import BackgroundSender
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 OUTCOMES = ("stop", "length", "stop_word", "cancelled", "error")
@@ -113,19 +114,28 @@ class _CollectingSender:
 class TritonSink:
     """Sends one request's tokens back through Triton, streamed or as one final response."""
 
-    def __init__(self, sender: Any, params: SamplingParams, prompt: list[int]) -> None:
+    def __init__(
+        self, sender: Any, params: SamplingParams, prompt: list[int], later: BackgroundSender
+    ) -> None:
         self._sender = sender
+        self._later = later  # sends off the engine's thread (response_sender.py says why)
         self._params = params
         self._ids: list[int] = [] if params.exclude_input_in_output else list(prompt)
         self._logprobs: list[float] = []
         self._top: list[TopLogprobs] | None = [] if params.num_top_logprobs else None
         self._prompt: PromptScores | None = None  # sent with the next response, then dropped
 
-    def _send(self, response: Any, final: bool) -> None:
-        try:
-            self._sender.send(response, flags=FINAL if final else 0)
-        except Exception as error:  # the client may be gone; the engine must carry on
-            pb_utils.Logger.log_warn(f"could not send a response: {error}")
+    def _send(self, response: Callable[[], Any], final: bool) -> None:
+        """Queue `response()` (built on the sending thread too) for the client."""
+        sender = self._sender
+
+        def send() -> None:
+            try:
+                sender.send(response(), flags=FINAL if final else 0)
+            except Exception as error:  # the client may be gone; the engine must carry on
+                pb_utils.Logger.log_warn(f"could not send a response: {error}")
+
+        self._later.submit(send)
 
     def is_cancelled(self) -> bool:
         return bool(self._sender.is_cancelled())
@@ -140,8 +150,10 @@ class TritonSink:
         if self._params.streaming:
             new_top = None if self._top is None else list(top)
             count, prompt, self._prompt = self._params.num_top_logprobs, self._prompt, None
-            response = _response(tokens, logprobs, new_top, count, prompt)
-            self._send(response, final=finish is not None)
+            self._send(
+                lambda: _response(tokens, logprobs, new_top, count, prompt),
+                final=finish is not None,
+            )
             return
         self._ids += tokens
         self._logprobs += logprobs
@@ -149,18 +161,20 @@ class TritonSink:
             self._top += top
         if finish is not None:
             top_count = self._params.num_top_logprobs
-            response = _response(self._ids, self._logprobs, self._top, top_count, self._prompt)
-            self._send(response, final=True)
+            ids, logprobs_all, top_all, prompt = self._ids, self._logprobs, self._top, self._prompt
+            self._send(lambda: _response(ids, logprobs_all, top_all, top_count, prompt), final=True)
 
     def on_prompt(self, scores: PromptScores) -> None:
         self._prompt = scores
 
     def on_error(self, message: str) -> None:
-        self._send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), final=True)
+        self._send(
+            lambda: pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), final=True
+        )
 
     def on_cancelled(self) -> None:
         error = pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED)
-        self._send(pb_utils.InferenceResponse(error=error), final=True)
+        self._send(lambda: pb_utils.InferenceResponse(error=error), final=True)
 
 
 # The request counts are set as soon as they change (they tell that a stopped request has left);
@@ -230,9 +244,10 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {key: value["string_value"] for key, value in config["parameters"].items()}
         self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        threads = int(params["cpu_threads"])
-        if threads > 0:
-            torch.set_num_threads(threads)
+        # The engine's thread computes with them; this one (Triton's) computes alone, so that
+        # OpenMP keeps no second team of workers (InflightBatcher.start says why).
+        threads = int(params["cpu_threads"]) or torch.get_num_threads()
+        torch.set_num_threads(1)
         model_dir = params["model_dir"]
         self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
         dtype_setting = params.get("cpu_dtype", "auto")
@@ -260,11 +275,13 @@ class TritonPythonModel:
             max_queue_size=int(params.get("max_queue_size", "0")),
             observer=TritonMetrics(args["model_name"], args["model_version"]),
             lora_rows=lora_rows,
+            threads=threads,
         )
+        self._responses = BackgroundSender()
         self._engine.start()
         pb_utils.Logger.log_info(
             f"cpu engine ready: {model_dir}, {describe(dtype_setting, dtype)}, "
-            f"{torch.get_num_threads()} threads, decoupled={self._decoupled}"
+            f"{threads} threads, decoupled={self._decoupled}"
         )
 
     def _init_lora(self, model: Any, params: dict[str, str]) -> LoraRows | None:
@@ -324,7 +341,7 @@ class TritonPythonModel:
             EngineRequest(
                 prompt=prompt,
                 params=params,
-                sink=TritonSink(sender, params, prompt),
+                sink=TritonSink(sender, params, prompt, self._responses),
                 stop_words=stop_words,
                 bad_words=bad_words,
                 request_id=request.request_id(),
@@ -347,3 +364,4 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self._engine.stop()
+        self._responses.close()

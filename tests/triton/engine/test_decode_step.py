@@ -1,0 +1,95 @@
+"""The written-out decode step gives the eager forward's logits bit for bit, at every batch size
+the engine runs, and the engine that uses it still answers as transformers' `generate()` does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from transformers import DynamicCache
+from tritonbox_testing.reference import greedy_ids
+
+from tritonbox_triton.engine.decode_step import DecodeStep, unsupported
+from tritonbox_triton.engine.kv_batch import BatchedKVCache
+from tritonbox_triton.engine.params import EngineLimits, SamplingParams
+from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
+from tritonbox_triton.engine.words import text_decoder
+
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def step(model: Any) -> DecodeStep:
+    return DecodeStep(model)
+
+
+def _prefilled_batch(model: Any, lengths: list[int]) -> BatchedKVCache:
+    generator = torch.Generator().manual_seed(sum(lengths))
+    batch = BatchedKVCache(max_rows=4)
+    for length in lengths:
+        cache = DynamicCache(config=model.config)
+        ids = torch.randint(0, 49_000, (1, length), generator=generator)
+        with torch.inference_mode():
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+        batch.add_sequence(cache)
+    return batch
+
+
+@pytest.mark.parametrize(
+    "lengths", [[11], [7, 19, 4], [5, 9, 13, 3, 8, 21], [4 + i for i in range(16)]]
+)
+def test_step_logits_equal_the_eager_forwards(
+    model: Any, step: DecodeStep, lengths: list[int]
+) -> None:
+    """Padded rows, a lone row's twin, and batches past the buffers' first row capacity."""
+    batch = _prefilled_batch(model, lengths)
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(3):
+        mask, positions = batch.decode_inputs()
+        ids = torch.randint(0, 49_000, (batch.shown_rows,), generator=generator)
+        with torch.inference_mode():
+            eager = model(
+                input_ids=ids[:, None], attention_mask=mask, position_ids=positions,
+                past_key_values=batch.cache, use_cache=True,
+            ).logits[:, -1]  # fmt: skip
+            keys, values = batch.key_buffers.clone(), batch.value_buffers.clone()
+            logits = step(ids, positions[:, 0], batch.decode_bias(mask), keys, values)
+        assert torch.equal(logits, eager)
+        # It wrote the same keys and values as the eager forward did.
+        assert torch.equal(keys, batch.key_buffers) and torch.equal(values, batch.value_buffers)
+        batch.advance()
+
+
+def test_the_engine_decodes_with_it_and_answers_as_generate(
+    model: Any, tokenizer: Any, make_sink: Any
+) -> None:
+    engine = InflightBatcher(
+        model, text_decoder(tokenizer), EngineLimits(256, 64, 10_000), max_batch_size=4
+    )
+    assert engine._fast_step is not None
+    prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a robot"]
+    requests = []
+    for text in prompts:
+        prompt = list(tokenizer(text)["input_ids"])
+        sink = make_sink()
+        params = SamplingParams(max_tokens=24, end_id=EOS, pad_id=EOS, temperature=0.0)
+        requests.append((prompt, sink))
+        engine.submit(EngineRequest(prompt=prompt, params=params, sink=sink, stop_words=[],
+                                    bad_words=[]))  # fmt: skip
+    while engine.run_once():
+        pass
+    for prompt, sink in requests:
+        assert sink.error is None
+        assert sink.tokens == greedy_ids(model, prompt, 24, EOS)
+
+
+def test_models_it_does_not_write_out_say_why(model: Any) -> None:
+    assert unsupported(model) is None
+    config = model.config
+    original = config.model_type
+    try:
+        config.model_type = "gpt2"
+        assert "gpt2" in (unsupported(model) or "")
+    finally:
+        config.model_type = original

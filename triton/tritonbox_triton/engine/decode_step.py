@@ -1,0 +1,156 @@
+"""The decode step (one new token per row) of a Llama-shaped model, written out over prepacked
+weights: the eager model's logits bit for bit, in about half its time.
+
+transformers' forward costs twice what its arithmetic does on a small model: each `F.linear` on a
+bfloat16 weight reorders that weight for oneDNN on every call, and the forward wraps a few
+thousand small operations in cache, mask and hook bookkeeping (docs/cpu-engine.md has the
+profile). Here every projection's weight is reordered once, at start, into oneDNN's blocked
+layout (`mkldnn._reorder_linear_weight`), and a step is the layer arithmetic and nothing else,
+over the engine's KV buffers (kv_batch.py).
+
+The engine promises the output of `generate()` on the eager model, so every operation is the
+one transformers runs, in its order and dtype: the same RMSNorm, RoPE, SiLU·up and residual
+additions, and the float64 attention (attention.py). A prepacked projection is oneDNN's same
+kernel on the same weight (checked bit for bit in tests/triton/engine, at every batch size the
+engine runs). Only bfloat16 weights are prepacked: float32 `F.linear` goes through MKL, whose
+sums oneDNN would round differently, so a float32 engine keeps `F.linear`.
+
+Batches with LoRA adapters take the model's forward (lora_layers.py wraps its projections).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+def unsupported(model: Any) -> str | None:
+    """Why this model's decode step cannot be written out here, or None when it can."""
+    config = model.config
+    if config.model_type != "llama":
+        return f"model_type {config.model_type!r} (only llama)"
+    if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
+        return "biased projections"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"hidden_act {config.hidden_act!r}"
+    if getattr(config, "rope_scaling", None) and config.rope_scaling.get("rope_type") not in (
+        None,
+        "default",
+    ):
+        return f"rope_scaling {config.rope_scaling!r}"
+    return None
+
+
+def _base_weight(module: nn.Module) -> torch.Tensor:
+    """A projection's base weight (a LoRA wrapper keeps it as `.base`: lora_layers.py)."""
+    base = getattr(module, "base", module)
+    return base.weight  # type: ignore[no-any-return]
+
+
+def packed_linear(weight: torch.Tensor) -> Linear:
+    """`x ↦ F.linear(x, weight)` with the weight reordered once (bfloat16), else `F.linear`."""
+    if weight.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+        return lambda x: F.linear(x, weight)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+    pointwise = torch.ops.mkldnn._linear_pointwise
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        return pointwise(x, packed, None, "none", [], "")  # type: ignore[no-any-return]
+
+    return linear
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm, operation for operation."""
+    x32 = x.to(torch.float32)
+    variance = x32.pow(2).mean(-1, keepdim=True)
+    return weight * (x32 * torch.rsqrt(variance + eps)).to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _Layer:
+    def __init__(self, layer: nn.Module) -> None:
+        attention, mlp = layer.self_attn, layer.mlp
+        self.input_norm = layer.input_layernorm.weight
+        self.post_norm = layer.post_attention_layernorm.weight
+        self.q = packed_linear(_base_weight(attention.q_proj))
+        self.k = packed_linear(_base_weight(attention.k_proj))
+        self.v = packed_linear(_base_weight(attention.v_proj))
+        self.o = packed_linear(_base_weight(attention.o_proj))
+        self.gate = packed_linear(_base_weight(mlp.gate_proj))
+        self.up = packed_linear(_base_weight(mlp.up_proj))
+        self.down = packed_linear(_base_weight(mlp.down_proj))
+        self.scaling = float(attention.scaling)
+
+
+class DecodeStep:
+    """One decode step over the engine's KV buffers.
+
+    `ids` [rows]; `positions` [rows]; `bias` [rows, columns + 1] float64, 0 where a row attends
+    and -inf on its padding; `keys`/`values` [layers, row capacity, kv heads, column capacity,
+    head_dim] float64, the new column written at index `columns`. Returns the logits
+    [rows, vocab] in the model's dtype.
+    """
+
+    def __init__(self, model: Any) -> None:
+        config = model.config
+        self._model = model
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = float(config.rms_norm_eps)
+        decoder = model.model
+        self._layers = [_Layer(layer) for layer in decoder.layers]
+        self._embed = decoder.embed_tokens.weight
+        self._norm = decoder.norm.weight
+        self._lm_head = packed_linear(model.lm_head.weight)
+
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [rows, 1, head_dim] at each row's position, as the model's forward has them."""
+        decoder = self._model.model
+        cos, sin = decoder.rotary_emb(self._embed[:1], positions.reshape(1, -1))
+        return cos[0, :, None, :], sin[0, :, None, :]
+
+    @torch.inference_mode()
+    def __call__(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        bias: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+    ) -> torch.Tensor:
+        rows, column = ids.shape[0], bias.shape[1] - 1
+        heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
+        cos, sin = self.rotary(positions)
+        bias = bias[:, None, None, :]
+        hidden = F.embedding(ids, self._embed)
+        for index, layer in enumerate(self._layers):
+            x = _rms_norm(hidden, layer.input_norm, eps)
+            query = layer.q(x).view(rows, heads, dim)
+            key = layer.k(x).view(rows, kv_heads, dim)
+            value = layer.v(x).view(rows, kv_heads, dim)
+            query = query * cos + _rotate_half(query) * sin
+            key = key * cos + _rotate_half(key) * sin
+            layer_keys = keys[index, :rows, :, : column + 1]
+            layer_values = values[index, :rows, :, : column + 1]
+            layer_keys[:, :, column] = key
+            layer_values[:, :, column] = value
+            grouped = query.view(rows, kv_heads, heads // kv_heads, dim).double()
+            scores = torch.matmul(grouped, layer_keys.transpose(-1, -2))
+            scores = scores * layer.scaling + bias
+            attended = torch.matmul(scores.softmax(-1), layer_values)
+            hidden = hidden + layer.o(attended.reshape(rows, heads * dim).to(hidden.dtype))
+            x = _rms_norm(hidden, layer.post_norm, eps)
+            hidden = hidden + layer.down(F.silu(layer.gate(x)) * layer.up(x))
+        return self._lm_head(_rms_norm(hidden, self._norm, eps))

@@ -1,0 +1,83 @@
+"""Prefilling the prompts that arrive together in one forward pass.
+
+Prefilled one at a time, 16 requests that arrive at once wait for each other in turn: the last
+one's first token came after 16 prompt passes, each of which streams every weight through the
+cores once more. Prefilled together they share one pass.
+
+The prompts are right-padded to the longest. Attention is causal, so a prompt's tokens never see
+the padding after them: each row's keys, values and last hidden state are those of the prompt
+alone (the padding's own positions are computed and thrown away). Nothing else in a Llama layer
+mixes rows.
+
+What differs is the number of rows in each matrix product. oneDNN's bfloat16 kernels sum a
+product of more than 32 rows in an order that depends on the row count (seen on this machine's
+AMX kernels; up to 32 rows, as in a decode step, the order is fixed). A prompt of 33 tokens or
+more was therefore never bit for bit generate()'s, whose twin rows double the count, and a
+shared pass moves its values within the same rounding: tests/triton/engine/test_prefill.py
+checks the rows against each prompt alone to bfloat16's precision, and the engine's answers
+against generate() token for token (docs/cpu-engine.md).
+
+Only requests that need nothing but the next token go together: a request with a LoRA adapter,
+or one that wants its prompt's log-probs (every position's logits), is prefilled alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from . import prompt_logprobs
+from .params import SamplingParams
+
+# Rows × longest prompt of one shared pass. The float64 attention's scores grow with the square
+# of the prompt (rows × heads × length²), so a long prompt goes alone.
+BATCH_TOKENS = 1024
+
+Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, heads, len, dim]
+
+
+def shareable(params: SamplingParams, has_adapter: bool) -> bool:
+    """Whether a request may share its prefill with others."""
+    return not has_adapter and not prompt_logprobs.wanted(params) and params.max_tokens > 0
+
+
+def groups(prompts: Sequence[Sequence[int]], budget: int = BATCH_TOKENS) -> list[list[int]]:
+    """Indexes of `prompts`, in order, cut into runs of at most `budget` padded tokens."""
+    runs: list[list[int]] = []
+    longest = 0
+    for index, prompt in enumerate(prompts):
+        run = runs[-1] if runs else None
+        wider = max(longest, len(prompt))
+        if run is not None and wider * (len(run) + 1) <= budget:
+            run.append(index)
+            longest = wider
+        else:
+            runs.append([index])
+            longest = len(prompt)
+    return runs
+
+
+@torch.inference_mode()
+def prefill_together(
+    model: Any, prompts: Sequence[Sequence[int]]
+) -> tuple[torch.Tensor, list[Layers]]:
+    """One pass over two or more prompts: each one's next-token logits [rows, vocab] (the
+    model's dtype) and its own keys and values."""
+    if len(prompts) < 2:
+        raise ValueError("a shared prefill needs two prompts or more")
+    longest = max(len(prompt) for prompt in prompts)
+    ids = torch.tensor([[*prompt, *[0] * (longest - len(prompt))] for prompt in prompts])
+    cache = DynamicCache(config=model.config)
+    hidden = model.model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
+    ends = torch.tensor([len(prompt) - 1 for prompt in prompts])
+    logits = model.lm_head(hidden[torch.arange(len(prompts)), ends])
+    layers = [(layer.keys, layer.values) for layer in cache.layers]
+    own = [
+        [(keys[row : row + 1, :, : len(prompt)], values[row : row + 1, :, : len(prompt)])
+         for keys, values in layers]
+        for row, prompt in enumerate(prompts)
+    ]  # fmt: skip
+    return logits, own
