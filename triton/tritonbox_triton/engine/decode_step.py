@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
+Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, heads, len, dim]
 
 
 def unsupported(model: Any) -> str | None:
@@ -79,16 +80,21 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class _Layer:
+    """One decoder layer's weights. q, k and v are one product, and so are gate and up: each
+    output column is the same dot product however many columns share the call (checked bit for
+    bit), and a step makes three fewer calls per layer."""
+
     def __init__(self, layer: nn.Module) -> None:
         attention, mlp = layer.self_attn, layer.mlp
         self.input_norm = layer.input_layernorm.weight
         self.post_norm = layer.post_attention_layernorm.weight
-        self.q = packed_linear(_base_weight(attention.q_proj))
-        self.k = packed_linear(_base_weight(attention.k_proj))
-        self.v = packed_linear(_base_weight(attention.v_proj))
+        qkv = [_base_weight(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")]
+        self.qkv = packed_linear(torch.cat(qkv))
+        self.qk_width = qkv[0].shape[0] + qkv[1].shape[0]
         self.o = packed_linear(_base_weight(attention.o_proj))
-        self.gate = packed_linear(_base_weight(mlp.gate_proj))
-        self.up = packed_linear(_base_weight(mlp.up_proj))
+        self.gate_up = packed_linear(
+            torch.cat([_base_weight(mlp.gate_proj), _base_weight(mlp.up_proj)])
+        )
         self.down = packed_linear(_base_weight(mlp.down_proj))
         self.scaling = float(attention.scaling)
 
@@ -137,20 +143,72 @@ class DecodeStep:
         hidden = F.embedding(ids, self._embed)
         for index, layer in enumerate(self._layers):
             x = _rms_norm(hidden, layer.input_norm, eps)
-            query = layer.q(x).view(rows, heads, dim)
-            key = layer.k(x).view(rows, kv_heads, dim)
-            value = layer.v(x).view(rows, kv_heads, dim)
-            query = query * cos + _rotate_half(query) * sin
-            key = key * cos + _rotate_half(key) * sin
+            qkv = layer.qkv(x)
+            # RoPE on the queries and keys at once: the same elementwise products.
+            qk = qkv[:, : layer.qk_width].view(rows, heads + kv_heads, dim)
+            qk = qk * cos + _rotate_half(qk) * sin
+            query, key = qk[:, :heads], qk[:, heads:]
+            value = qkv[:, layer.qk_width :].view(rows, kv_heads, dim)
             layer_keys = keys[index, :rows, :, : column + 1]
             layer_values = values[index, :rows, :, : column + 1]
             layer_keys[:, :, column] = key
             layer_values[:, :, column] = value
-            grouped = query.view(rows, kv_heads, heads // kv_heads, dim).double()
+            grouped = query.reshape(rows, kv_heads, heads // kv_heads, dim).double()
             scores = torch.matmul(grouped, layer_keys.transpose(-1, -2))
             scores = scores * layer.scaling + bias
             attended = torch.matmul(scores.softmax(-1), layer_values)
             hidden = hidden + layer.o(attended.reshape(rows, heads * dim).to(hidden.dtype))
             x = _rms_norm(hidden, layer.post_norm, eps)
-            hidden = hidden + layer.down(F.silu(layer.gate(x)) * layer.up(x))
+            gate, up = layer.gate_up(x).chunk(2, dim=-1)
+            hidden = hidden + layer.down(F.silu(gate) * up)
         return self._lm_head(_rms_norm(hidden, self._norm, eps))
+
+    @torch.inference_mode()
+    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[Layers]]:
+        """The prompts' pass (right-padded to the longest, prefill.py says why that is safe):
+        each one's next-token logits [rows, vocab] and its own keys and values per layer
+        ([1, kv heads, length, head_dim]). The model forward's arithmetic over the prepacked
+        weights, as `__call__` is for a decode step."""
+        if len(prompts) == 1 and len(prompts[0]) == 1:  # never one row (kv_batch.py): twins
+            logits, own = self.prefill(prompts * 2)
+            return logits[:1], own[:1]
+        rows, length = len(prompts), max(len(prompt) for prompt in prompts)
+        heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
+        groups = heads // kv_heads
+        ids = torch.tensor([[*prompt, *[0] * (length - len(prompt))] for prompt in prompts])
+        decoder = self._model.model
+        cos, sin = decoder.rotary_emb(self._embed[:1], torch.arange(length)[None])
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # [1, length, 1, dim]
+        causal = torch.full((length, length), float("-inf"), dtype=torch.float64).triu(1)
+        bias = causal.repeat(groups, 1)  # query rows ordered (group, position), as attention.py
+        hidden = F.embedding(ids, self._embed)
+        cached: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for layer in self._layers:
+            x = _rms_norm(hidden, layer.input_norm, eps)
+            qkv = layer.qkv(x)
+            qk = qkv[..., : layer.qk_width].view(rows, length, heads + kv_heads, dim)
+            qk = qk * cos + _rotate_half(qk) * sin
+            query = qk[:, :, :heads].transpose(1, 2)  # [rows, heads, length, dim]
+            key = qk[:, :, heads:].transpose(1, 2)
+            value = qkv[..., layer.qk_width :].view(rows, length, kv_heads, dim).transpose(1, 2)
+            cached.append((key, value))
+            grouped = query.reshape(rows, kv_heads, groups * length, dim).double()
+            scores = torch.matmul(grouped, key.double().transpose(-1, -2))
+            scores = scores * layer.scaling + bias
+            attended = torch.matmul(scores.softmax(-1), value.double())
+            attended = attended.reshape(rows, heads, length, dim).transpose(1, 2)
+            attended = attended.reshape(rows, length, heads * dim).to(hidden.dtype)
+            hidden = hidden + layer.o(attended)
+            x = _rms_norm(hidden, layer.post_norm, eps)
+            gate, up = layer.gate_up(x).chunk(2, dim=-1)
+            hidden = hidden + layer.down(F.silu(gate) * up)
+        ends = torch.tensor([len(prompt) - 1 for prompt in prompts])
+        last = _rms_norm(hidden[torch.arange(rows), ends], self._norm, eps)
+        own = [
+            [(k[row : row + 1, :, : len(prompt)], v[row : row + 1, :, : len(prompt)])
+             for k, v in cached]
+            for row, prompt in enumerate(prompts)
+        ]  # fmt: skip
+        if rows == 1:  # the last position alone would be a one-row product: twin it
+            return self._lm_head(last.expand(2, -1))[:1], own
+        return self._lm_head(last), own

@@ -341,7 +341,7 @@ class InflightBatcher:
         runs = prefill.groups([r.prompt for r in together])
         for run in [[together[i] for i in run] for run in runs] + [[r] for r in alone]:
             try:
-                if len(run) > 1:
+                if len(run) > 1 or (run[0] in together and self._fast_step is not None):
                     self._prefill_together(run)
                 else:
                     self._prefill(run[0])
@@ -352,10 +352,15 @@ class InflightBatcher:
                     self._observer.on_finished("error")
 
     def _prefill_together(self, requests: list[EngineRequest]) -> None:
-        """One forward pass for several prompts (prefill.py)."""
+        """One pass for these prompts (prefill.py), over the prepacked weights where the model
+        has them (decode_step.py)."""
         if self._lora_rows is not None:
             self._lora_rows.use([None] * len(requests))
-        logits, layers = prefill.prefill_together(self._model, [r.prompt for r in requests])
+        prompts = [r.prompt for r in requests]
+        if self._fast_step is not None:
+            logits, layers = self._fast_step.prefill(prompts)
+        else:
+            logits, layers = prefill.prefill_together(self._model, prompts)
         self._step["context"] += len(requests)
         self._step["context_tokens"] += sum(len(r.prompt) for r in requests)
         for request, row, own in zip(requests, logits.float(), layers, strict=True):

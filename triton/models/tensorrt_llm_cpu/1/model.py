@@ -124,6 +124,8 @@ class TritonSink:
         self._logprobs: list[float] = []
         self._top: list[TopLogprobs] | None = [] if params.num_top_logprobs else None
         self._prompt: PromptScores | None = None  # sent with the next response, then dropped
+        self._cancelled = False
+        self._asking = False  # a question to tritonserver is queued on the sending thread
 
     def _send(self, response: Callable[[], Any], final: bool) -> None:
         """Queue `response()` (built on the sending thread too) for the client."""
@@ -138,7 +140,19 @@ class TritonSink:
         self._later.submit(send)
 
     def is_cancelled(self) -> bool:
-        return bool(self._sender.is_cancelled())
+        """Whether the client has left, as last asked. Asking is a round trip to tritonserver, so
+        it is asked on the sending thread and the answer read at the engine's next check (every
+        CANCEL_CHECK_S, engine/scheduler.py): a client that leaves is seen within two checks."""
+        if not self._asking:
+            self._asking = True
+            self._later.submit(self._ask)
+        return self._cancelled
+
+    def _ask(self) -> None:
+        try:
+            self._cancelled = bool(self._sender.is_cancelled())
+        finally:
+            self._asking = False
 
     def on_tokens(
         self,
