@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import AutoTokenizer
 
 from tritonbox_triton.engine.attention import load_model
@@ -52,9 +53,13 @@ def sampled_over_greedy(
 ) -> tuple[float, dict[str, list[float]]]:
     """The median sampled batch's time over the median greedy one's, and every batch's time."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    # As the served engine runs: torch's threads on the engine's thread only (scheduler.py's
+    # InflightBatcher.start says why), this one computing with one.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     engine = InflightBatcher(
         load_model(model_dir, engine_dtype("auto")), text_decoder(tokenizer),
-        EngineLimits(512, 512, 100_000), max_batch_size=8,
+        EngineLimits(512, 512, 100_000), max_batch_size=8, threads=threads,
     )  # fmt: skip
     engine.start()
     ids = list(tokenizer(prompt)["input_ids"])
@@ -80,5 +85,6 @@ def sampled_over_greedy(
                     times[mode].append(time.perf_counter() - started)
     finally:
         engine.stop()
+        torch.set_num_threads(threads)
     ratio = statistics.median(times["sampled"]) / statistics.median(times["greedy"])
     return ratio, times

@@ -114,10 +114,10 @@ def test_top_p_over_a_model_sized_vocabulary_matches_transformers(
 
 
 def test_a_draw_follows_the_distribution_and_never_takes_a_removed_token() -> None:
-    probs = torch.zeros(1000)
-    probs[[3, 500, 999]] = torch.tensor([0.2, 0.5, 0.3])
+    logits = torch.full((1000,), float("-inf"))  # what top-k and top-p removed is -inf
+    logits[[3, 500, 999]] = torch.tensor([0.2, 0.5, 0.3]).log() + 7.0  # any scale
     generator = torch.Generator().manual_seed(0)
-    draws = Counter(_draw(probs, generator) for _ in range(4000))
+    draws = Counter(_draw(logits, generator) for _ in range(4000))
     assert set(draws) == {3, 500, 999}
     for token, share in ((3, 0.2), (500, 0.5), (999, 0.3)):
         assert abs(draws[token] / 4000 - share) < 0.03

@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
 Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, heads, len, dim]
@@ -48,10 +47,10 @@ def unsupported(model: Any) -> str | None:
     return None
 
 
-def _base_weight(module: nn.Module) -> torch.Tensor:
+def _base_weight(module: Any) -> torch.Tensor:
     """A projection's base weight (a LoRA wrapper keeps it as `.base`: lora_layers.py)."""
-    base = getattr(module, "base", module)
-    return base.weight  # type: ignore[no-any-return]
+    weight: torch.Tensor = getattr(module, "base", module).weight
+    return weight
 
 
 def packed_linear(weight: torch.Tensor) -> Linear:
@@ -62,7 +61,8 @@ def packed_linear(weight: torch.Tensor) -> Linear:
     pointwise = torch.ops.mkldnn._linear_pointwise
 
     def linear(x: torch.Tensor) -> torch.Tensor:
-        return pointwise(x, packed, None, "none", [], "")  # type: ignore[no-any-return]
+        out: torch.Tensor = pointwise(x, packed, None, "none", [], "")
+        return out
 
     return linear
 
@@ -84,10 +84,10 @@ class _Layer:
     output column is the same dot product however many columns share the call (checked bit for
     bit), and a step makes three fewer calls per layer."""
 
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: Any) -> None:
         attention, mlp = layer.self_attn, layer.mlp
-        self.input_norm = layer.input_layernorm.weight
-        self.post_norm = layer.post_attention_layernorm.weight
+        self.input_norm: torch.Tensor = layer.input_layernorm.weight
+        self.post_norm: torch.Tensor = layer.post_attention_layernorm.weight
         qkv = [_base_weight(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")]
         self.qkv = packed_linear(torch.cat(qkv))
         self.qk_width = qkv[0].shape[0] + qkv[1].shape[0]

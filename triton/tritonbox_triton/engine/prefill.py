@@ -30,6 +30,7 @@ import torch
 from transformers import DynamicCache
 
 from . import prompt_logprobs
+from .kv_batch import prefilled_layers
 from .params import SamplingParams
 
 # Rows × longest prompt of one shared pass. The float64 attention's scores grow with the square
@@ -74,7 +75,7 @@ def prefill_together(
     hidden = model.model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
     ends = torch.tensor([len(prompt) - 1 for prompt in prompts])
     logits = model.lm_head(hidden[torch.arange(len(prompts)), ends])
-    layers = [(layer.keys, layer.values) for layer in cache.layers]
+    layers = prefilled_layers(cache)
     own = [
         [(keys[row : row + 1, :, : len(prompt)], values[row : row + 1, :, : len(prompt)])
          for keys, values in layers]

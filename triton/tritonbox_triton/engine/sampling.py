@@ -113,12 +113,15 @@ def _top_p_removed(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return remove.scatter(0, order, remove)
 
 
-def _draw(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One token from `probs` by inverse CDF: one uniform number from the request's generator.
-    (torch.multinomial draws one exponential number per vocabulary entry, 49,152 per token:
-    three quarters of a sampled row's time.)"""
-    kept = probs.nonzero().flatten()  # what top-k and top-p left: usually a few tokens
-    cumulative = probs[kept].double().cumsum(dim=0)
+def _draw(logits: torch.Tensor, generator: torch.Generator) -> int:
+    """One token by inverse CDF over the softmax of `logits`: one uniform number from the
+    request's generator. Only the tokens top-k and top-p left (finite logits, usually a few) are
+    exponentiated, in float64; the scale of the weights does not matter, the point is drawn on
+    their sum. (torch.multinomial draws one exponential number per vocabulary entry, 49,152 per
+    token: three quarters of a sampled row's time.)"""
+    kept = (logits > float("-inf")).nonzero().flatten()
+    values = logits[kept].double()
+    cumulative = (values - values.max()).exp().cumsum(dim=0)
     point = torch.rand((), generator=generator, dtype=torch.float64) * cumulative[-1]
     index = torch.searchsorted(cumulative, point, right=True)
     return int(kept[index.clamp(max=kept.numel() - 1)])
@@ -157,17 +160,13 @@ def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
             guide.mask(logits)
 
     if not params.greedy:
-        logits = logits / params.temperature
+        logits = logits.div_(params.temperature)  # the row is this call's to change
     logprobs = torch.log_softmax(logits, dim=-1)
     if not params.greedy:
         logits = _filter_top_k_top_p(logits, params.top_k, params.top_p)
 
     for _ in range(MAX_REJECTIONS):
-        if params.greedy:
-            token = int(torch.argmax(logits))
-        else:
-            probs = torch.softmax(logits, dim=-1)
-            token = _draw(probs, state.generator)
+        token = int(torch.argmax(logits)) if params.greedy else _draw(logits, state.generator)
         if not state.words.completes_bad_word(context, token):
             break
         logits[token] = float("-inf")

@@ -1,10 +1,11 @@
 """In-flight batching for a Hugging Face causal LM on CPU.
 
 One background thread owns the model. Each iteration it drops cancelled sequences, admits
-waiting requests (each prefilled alone, its first token emitted at once), then runs one decode
-step for every running sequence together. A request that arrives while others decode therefore
-waits at most for the step in progress, and a finished or cancelled sequence leaves the batch
-before the next step.
+waiting requests (those that arrived together prefilled in one pass, prefill.py; first tokens
+emitted at once), then runs one decode step for every running sequence together (written out
+over prepacked weights where the model allows, decode_step.py). A request that arrives while
+others decode therefore waits at most for the step in progress, and a finished or cancelled
+sequence leaves the batch before the next step.
 
 transformers' own continuous batching (`init_continuous_batching`) was not used: its per-request
 settings cover temperature, top-k and top-p only, not penalties, min_tokens, seeds or word
@@ -336,13 +337,14 @@ class InflightBatcher:
                 self._cancel([request])
                 continue
             admitted.append(request)
-        together = [r for r in admitted if prefill.shareable(r.params, r.lora is not None)]
-        alone = [r for r in admitted if r not in together]
-        runs = prefill.groups([r.prompt for r in together])
-        for run in [[together[i] for i in run] for run in runs] + [[r] for r in alone]:
+        shared = [r for r in admitted if prefill.shareable(r.params, r.lora is not None)]
+        shared_ids = {id(r) for r in shared}
+        runs = [[shared[i] for i in run] for run in prefill.groups([r.prompt for r in shared])]
+        runs += [[r] for r in admitted if id(r) not in shared_ids]
+        for run in runs:
             try:
-                if len(run) > 1 or (run[0] in together and self._fast_step is not None):
-                    self._prefill_together(run)
+                if id(run[0]) in shared_ids and (len(run) > 1 or self._fast_step is not None):
+                    self._prefill_shared(run)
                 else:
                     self._prefill(run[0])
             except Exception as error:
@@ -351,9 +353,9 @@ class InflightBatcher:
                     request.sink.on_error(f"prefill failed: {error}")
                     self._observer.on_finished("error")
 
-    def _prefill_together(self, requests: list[EngineRequest]) -> None:
-        """One pass for these prompts (prefill.py), over the prepacked weights where the model
-        has them (decode_step.py)."""
+    def _prefill_shared(self, requests: list[EngineRequest]) -> None:
+        """One pass for these prompts that need nothing but their next token (prefill.py), over
+        the prepacked weights where the model has them (decode_step.py)."""
         if self._lora_rows is not None:
             self._lora_rows.use([None] * len(requests))
         prompts = [r.prompt for r in requests]
