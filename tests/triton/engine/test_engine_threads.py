@@ -3,36 +3,21 @@ says why the caller's thread must not keep a team of OpenMP workers of its own).
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
+from tritonbox_testing.engine_observer import IterationRecorder
 
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
-from tritonbox_triton.engine.stats import IterationStats
 from tritonbox_triton.engine.words import text_decoder
-
-
-class ThreadsSeen:
-    def __init__(self) -> None:
-        self.seen: set[tuple[str, int]] = set()
-
-    def on_iteration(self, stats: IterationStats) -> None:
-        self.seen.add((threading.current_thread().name, torch.get_num_threads()))
-
-    def on_tokens(self, count: int) -> None:
-        pass
-
-    def on_finished(self, outcome: str) -> None:
-        pass
 
 
 def test_the_engine_thread_sets_its_own_thread_count(
     model: Any, tokenizer: Any, make_sink: Any
 ) -> None:
     caller_threads = torch.get_num_threads()
-    observer = ThreadsSeen()
+    observer = IterationRecorder()
     engine = InflightBatcher(
         model, text_decoder(tokenizer), EngineLimits(64, 8, 1_000), max_batch_size=2,
         observer=observer, threads=1,
@@ -46,5 +31,5 @@ def test_the_engine_thread_sets_its_own_thread_count(
     finally:
         engine.stop()
     assert sink.tokens and len(sink.tokens) == 3
-    assert observer.seen == {("inflight-batcher", 1)}
+    assert observer.ran_on == {("inflight-batcher", 1)}
     assert torch.get_num_threads() == caller_threads  # the caller's count is its own

@@ -7,13 +7,13 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
+from tritonbox_testing.engine_observer import IterationRecorder
 from tritonbox_testing.reference import greedy_ids
 
 from tritonbox_triton.engine import prefill
 from tritonbox_triton.engine.kv_batch import prefilled_layers
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
-from tritonbox_triton.engine.stats import IterationStats
 from tritonbox_triton.engine.words import text_decoder
 
 EOS = 2
@@ -63,24 +63,10 @@ def test_who_may_share_a_prefill() -> None:
     assert not prefill.shareable(scored, has_adapter=False)
 
 
-class Steps:
-    def __init__(self) -> None:
-        self.context: list[int] = []
-
-    def on_iteration(self, stats: IterationStats) -> None:
-        self.context.append(stats.context)
-
-    def on_tokens(self, count: int) -> None:
-        pass
-
-    def on_finished(self, outcome: str) -> None:
-        pass
-
-
 def test_a_burst_is_prefilled_in_one_pass_and_answers_as_generate(
     model: Any, tokenizer: Any, make_sink: Any
 ) -> None:
-    steps = Steps()
+    steps = IterationRecorder()
     engine = InflightBatcher(
         model, text_decoder(tokenizer), EngineLimits(256, 64, 10_000), max_batch_size=8,
         observer=steps,
@@ -95,7 +81,7 @@ def test_a_burst_is_prefilled_in_one_pass_and_answers_as_generate(
         runs.append((prompt, sink))
     while engine.run_once():
         pass
-    assert steps.context[0] == len(texts), "the four prompts should share the first pass"
+    assert steps.iterations[0].context == len(texts), "the four prompts should share the first pass"
     for prompt, sink in runs:
         assert sink.error is None
         assert sink.tokens == greedy_ids(model, prompt, 12, EOS)
