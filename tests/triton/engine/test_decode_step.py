@@ -93,3 +93,21 @@ def test_models_it_does_not_write_out_say_why(model: Any) -> None:
         assert "gpt2" in (unsupported(model) or "")
     finally:
         config.model_type = original
+
+
+def test_a_lone_chat_prompt_answers_as_generate(model: Any, tokenizer: Any, make_sink: Any) -> None:
+    """34 tokens: alone, its products round otherwise than in generate()'s twin rows (oneDNN
+    sums more than 32 rows by their count), so the engine prefills a lone prompt as twins."""
+    engine = InflightBatcher(
+        model, text_decoder(tokenizer), EngineLimits(256, 64, 10_000), max_batch_size=4
+    )
+    chat = [{"role": "user", "content": "Name a fruit."}]
+    text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    prompt = list(tokenizer(text)["input_ids"])
+    assert len(prompt) > 32
+    sink = make_sink()
+    params = SamplingParams(max_tokens=24, end_id=EOS, pad_id=EOS, temperature=0.0)
+    engine.submit(EngineRequest(prompt, params, sink, [], []))
+    while engine.run_once():
+        pass
+    assert sink.tokens == greedy_ids(model, prompt, 24, EOS)

@@ -165,13 +165,15 @@ class DecodeStep:
 
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[Layers]]:
-        """The prompts' pass (right-padded to the longest, prefill.py says why that is safe):
-        each one's next-token logits [rows, vocab] and its own keys and values per layer
-        ([1, kv heads, length, head_dim]). The model forward's arithmetic over the prepacked
-        weights, as `__call__` is for a decode step."""
-        if len(prompts) == 1 and len(prompts[0]) == 1:  # never one row (kv_batch.py): twins
-            logits, own = self.prefill(prompts * 2)
-            return logits[:1], own[:1]
+        """A shared prefill of two or more prompts (right-padded to the longest, prefill.py says
+        why that is safe): each one's next-token logits [rows, vocab] and its own keys and
+        values per layer ([1, kv heads, length, head_dim]). The model forward's arithmetic over
+        the prepacked weights, as `__call__` is for a decode step. A lone prompt takes the
+        model's own forward as twin rows instead (scheduler.py): prepacked and plain products
+        of more than 32 rows round differently at some row counts, and only the model's forward
+        gives generate()'s reference bit for bit there."""
+        if len(prompts) < 2:
+            raise ValueError("a shared prefill needs two prompts or more")
         rows, length = len(prompts), max(len(prompt) for prompt in prompts)
         heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
         groups = heads // kv_heads
@@ -209,6 +211,4 @@ class DecodeStep:
              for k, v in cached]
             for row, prompt in enumerate(prompts)
         ]  # fmt: skip
-        if rows == 1:  # the last position alone would be a one-row product: twin it
-            return self._lm_head(last.expand(2, -1))[:1], own
         return self._lm_head(last), own

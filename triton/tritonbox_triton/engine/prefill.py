@@ -11,11 +11,11 @@ mixes rows.
 
 What differs is the number of rows in each matrix product. oneDNN's bfloat16 kernels sum a
 product of more than 32 rows in an order that depends on the row count (seen on this machine's
-AMX kernels; up to 32 rows, as in a decode step, the order is fixed). A prompt of 33 tokens or
-more was therefore never bit for bit generate()'s, whose twin rows double the count, and a
-shared pass moves its values within the same rounding: tests/triton/engine/test_prefill.py
-checks the rows against each prompt alone to bfloat16's precision, and the engine's answers
-against generate() token for token (docs/cpu-engine.md).
+AMX kernels; up to 32 rows, as in a decode step, the order is fixed). A prompt alone is
+therefore prefilled as twin rows through the model's forward, exactly as generate()'s reference
+does (scheduler.py); a shared pass moves each prompt's values within bfloat16's rounding:
+tests/triton/engine/test_prefill.py checks the rows against each prompt alone to that
+precision, and the engine's answers against generate() token for token (docs/cpu-engine.md).
 
 Only requests that need nothing but the next token go together: a request with a LoRA adapter,
 or one that wants its prompt's log-probs (every position's logits), is prefilled alone.

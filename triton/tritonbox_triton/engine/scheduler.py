@@ -343,7 +343,7 @@ class InflightBatcher:
         runs += [[r] for r in admitted if id(r) not in shared_ids]
         for run in runs:
             try:
-                if id(run[0]) in shared_ids and (len(run) > 1 or self._fast_step is not None):
+                if len(run) > 1:
                     self._prefill_shared(run)
                 else:
                     self._prefill(run[0])
@@ -370,10 +370,10 @@ class InflightBatcher:
 
     def _prefill(self, request: EngineRequest) -> None:
         cache = DynamicCache(config=self._model.config)
-        # An adapter's float32 products go through MKL, whose sums depend on the number of rows
-        # (a 13-token prompt alone rounds otherwise than twice over): its prompt runs as two
-        # identical rows, as peft's generate() of the twin reference does (kv_batch.py).
-        copies = 1 if request.lora is None else 2
+        # A lone prompt runs as two identical rows, as the twin reference generate() does: the
+        # products' sums depend on the number of rows (oneDNN's over 32 rows, MKL's float32 ones
+        # of an adapter at some counts), so a 34-token prompt alone rounds otherwise than twice.
+        copies = 2
         if self._lora_rows is not None:
             self._lora_rows.use([request.lora] * copies)
         output = self._model(
