@@ -11,7 +11,7 @@ from tritonbox_testing.engine_observer import IterationRecorder
 from tritonbox_testing.reference import greedy_ids
 
 from tritonbox_triton.engine import prefill
-from tritonbox_triton.engine.kv_batch import prefilled_layers
+from tritonbox_triton.engine.kv_batch import Layers, prefilled_layers
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
 from tritonbox_triton.engine.words import text_decoder
@@ -19,7 +19,7 @@ from tritonbox_triton.engine.words import text_decoder
 EOS = 2
 
 
-def _alone(model: Any, prompt: list[int]) -> tuple[torch.Tensor, prefill.Layers]:
+def _alone(model: Any, prompt: list[int]) -> tuple[torch.Tensor, Layers]:
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([prompt]), past_key_values=cache).logits[0, -1]

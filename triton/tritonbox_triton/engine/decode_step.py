@@ -25,9 +25,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import rotate_half
+
+from .kv_batch import Layers
+from .prefill import own_layers, right_padded
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
-Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, heads, len, dim]
 
 
 def unsupported(model: Any) -> str | None:
@@ -72,11 +75,6 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     x32 = x.to(torch.float32)
     variance = x32.pow(2).mean(-1, keepdim=True)
     return weight * (x32 * torch.rsqrt(variance + eps)).to(x.dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class _Layer:
@@ -146,7 +144,7 @@ class DecodeStep:
             qkv = layer.qkv(x)
             # RoPE on the queries and keys at once: the same elementwise products.
             qk = qkv[:, : layer.qk_width].view(rows, heads + kv_heads, dim)
-            qk = qk * cos + _rotate_half(qk) * sin
+            qk = qk * cos + rotate_half(qk) * sin
             query, key = qk[:, :heads], qk[:, heads:]
             value = qkv[:, layer.qk_width :].view(rows, kv_heads, dim)
             layer_keys = keys[index, :rows, :, : column + 1]
@@ -174,22 +172,22 @@ class DecodeStep:
         gives generate()'s reference bit for bit there."""
         if len(prompts) < 2:
             raise ValueError("a shared prefill needs two prompts or more")
-        rows, length = len(prompts), max(len(prompt) for prompt in prompts)
+        ids, ends = right_padded(prompts)
+        rows, length = ids.shape
         heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
         groups = heads // kv_heads
-        ids = torch.tensor([[*prompt, *[0] * (length - len(prompt))] for prompt in prompts])
         decoder = self._model.model
         cos, sin = decoder.rotary_emb(self._embed[:1], torch.arange(length)[None])
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # [1, length, 1, dim]
         causal = torch.full((length, length), float("-inf"), dtype=torch.float64).triu(1)
         bias = causal.repeat(groups, 1)  # query rows ordered (group, position), as attention.py
         hidden = F.embedding(ids, self._embed)
-        cached: list[tuple[torch.Tensor, torch.Tensor]] = []
+        cached: Layers = []
         for layer in self._layers:
             x = _rms_norm(hidden, layer.input_norm, eps)
             qkv = layer.qkv(x)
             qk = qkv[..., : layer.qk_width].view(rows, length, heads + kv_heads, dim)
-            qk = qk * cos + _rotate_half(qk) * sin
+            qk = qk * cos + rotate_half(qk) * sin
             query = qk[:, :, :heads].transpose(1, 2)  # [rows, heads, length, dim]
             key = qk[:, :, heads:].transpose(1, 2)
             value = qkv[..., layer.qk_width :].view(rows, length, kv_heads, dim).transpose(1, 2)
@@ -204,11 +202,5 @@ class DecodeStep:
             x = _rms_norm(hidden, layer.post_norm, eps)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
             hidden = hidden + layer.down(F.silu(gate) * up)
-        ends = torch.tensor([len(prompt) - 1 for prompt in prompts])
         last = _rms_norm(hidden[torch.arange(rows), ends], self._norm, eps)
-        own = [
-            [(k[row : row + 1, :, : len(prompt)], v[row : row + 1, :, : len(prompt)])
-             for k, v in cached]
-            for row, prompt in enumerate(prompts)
-        ]  # fmt: skip
-        return self._lm_head(last), own
+        return self._lm_head(last), own_layers(cached, prompts)

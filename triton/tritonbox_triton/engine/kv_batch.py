@@ -10,8 +10,8 @@ columns that are padding in every remaining row are trimmed so the cache does no
 sequence's length. The buffers grow by doubling and are freed when the batch empties.
 
 Keys and values are kept in float64, all layers in one tensor each: the attention computes in
-float64 (attention.py), so a step converts nothing, and the compiled step (compiled_step.py)
-takes the two tensors as they are.
+float64 (attention.py), so a step converts nothing, and the written-out decode step
+(decode_step.py) takes the two tensors as they are.
 
 A lone sequence decodes as two identical rows (`shown_rows`): PyTorch multiplies a single row
 by another kernel than two or more (oneDNN's), whose sums round differently in bfloat16, so a
@@ -69,7 +69,11 @@ class _SlotLayer(DynamicLayer):
         self.is_initialized = True
 
 
-def prefilled_layers(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+# Per layer: keys, values [rows, heads, length, head_dim].
+Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def prefilled_layers(cache: DynamicCache) -> Layers:
     # Llama-style models only have full-attention DynamicLayers, which hold `keys`/`values`.
     return [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[union-attr,misc]
 
@@ -99,7 +103,7 @@ class BatchedKVCache:
         """Rows of the next forward pass: a lone sequence runs twice (see the module's text)."""
         return 2 if self.rows == 1 else self.rows
 
-    def _allocate(self, like: list[tuple[torch.Tensor, torch.Tensor]], columns: int) -> None:
+    def _allocate(self, like: Layers, columns: int) -> None:
         keys = like[0][0]
         rows = max(self._max_rows, 2)
         self._layers = [_SlotLayer(self, index) for index in range(len(like))]
@@ -138,7 +142,7 @@ class BatchedKVCache:
         """Copy the prefilled cache of one sequence in as the last row."""
         self.add_prefilled(prefilled_layers(cache))
 
-    def add_prefilled(self, prefilled: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def add_prefilled(self, prefilled: Layers) -> None:
         """Copy one sequence's keys and values (per layer, [1, heads, length, dim]) in as the
         last row."""
         length = int(prefilled[0][0].shape[2])
@@ -191,7 +195,7 @@ class BatchedKVCache:
         return mask, positions
 
     def decode_bias(self, mask: torch.Tensor | None) -> torch.Tensor:
-        """`decode_inputs`' mask as the compiled step takes it: float64, 0 where a row attends,
+        """`decode_inputs`' mask as the written-out step takes it: float64, 0 where a row attends,
         -inf on its padding."""
         bias = torch.zeros(self.shown_rows, self.columns + 1, dtype=torch.float64)
         if mask is not None:

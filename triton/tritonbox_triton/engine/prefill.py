@@ -30,14 +30,12 @@ import torch
 from transformers import DynamicCache
 
 from . import prompt_logprobs
-from .kv_batch import prefilled_layers
+from .kv_batch import Layers, prefilled_layers
 from .params import SamplingParams
 
 # Rows × longest prompt of one shared pass. The float64 attention's scores grow with the square
 # of the prompt (rows × heads × length²), so a long prompt goes alone.
 BATCH_TOKENS = 1024
-
-Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, heads, len, dim]
 
 
 def shareable(params: SamplingParams, has_adapter: bool) -> bool:
@@ -61,24 +59,33 @@ def groups(prompts: Sequence[Sequence[int]], budget: int = BATCH_TOKENS) -> list
     return runs
 
 
-@torch.inference_mode()
-def prefill_together(
-    model: Any, prompts: Sequence[Sequence[int]]
-) -> tuple[torch.Tensor, list[Layers]]:
-    """One pass over two or more prompts: each one's next-token logits [rows, vocab] (the
-    model's dtype) and its own keys and values."""
-    if len(prompts) < 2:
-        raise ValueError("a shared prefill needs two prompts or more")
+def right_padded(prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts as one [rows, longest] batch padded on the right (with token 0: no prompt
+    position sees it), and each one's last position."""
     longest = max(len(prompt) for prompt in prompts)
     ids = torch.tensor([[*prompt, *[0] * (longest - len(prompt))] for prompt in prompts])
-    cache = DynamicCache(config=model.config)
-    hidden = model.model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
-    ends = torch.tensor([len(prompt) - 1 for prompt in prompts])
-    logits = model.lm_head(hidden[torch.arange(len(prompts)), ends])
-    layers = prefilled_layers(cache)
-    own = [
+    return ids, torch.tensor([len(prompt) - 1 for prompt in prompts])
+
+
+def own_layers(layers: Layers, prompts: Sequence[Sequence[int]]) -> list[Layers]:
+    """Each prompt's own keys and values ([1, heads, its length, dim]) out of a shared pass's."""
+    return [
         [(keys[row : row + 1, :, : len(prompt)], values[row : row + 1, :, : len(prompt)])
          for keys, values in layers]
         for row, prompt in enumerate(prompts)
     ]  # fmt: skip
-    return logits, own
+
+
+@torch.inference_mode()
+def prefill_together(
+    model: Any, prompts: Sequence[Sequence[int]]
+) -> tuple[torch.Tensor, list[Layers]]:
+    """One pass of the model's forward over two or more prompts: each one's next-token logits
+    [rows, vocab] (the model's dtype) and its own keys and values."""
+    if len(prompts) < 2:
+        raise ValueError("a shared prefill needs two prompts or more")
+    ids, ends = right_padded(prompts)
+    cache = DynamicCache(config=model.config)
+    hidden = model.model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
+    logits = model.lm_head(hidden[torch.arange(len(prompts)), ends])
+    return logits, own_layers(prefilled_layers(cache), prompts)

@@ -31,7 +31,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from . import prefill, prompt_logprobs
 from .decode_step import DecodeStep, unsupported
-from .kv_batch import BatchedKVCache, prefilled_layers
+from .kv_batch import BatchedKVCache, Layers, prefilled_layers
 from .lora_layers import EngineAdapter, LoraRows
 from .params import EngineLimits, SamplingParams
 from .sampling import SequenceState, choose_token
@@ -373,11 +373,10 @@ class InflightBatcher:
         # A lone prompt runs as two identical rows, as the twin reference generate() does: the
         # products' sums depend on the number of rows (oneDNN's over 32 rows, MKL's float32 ones
         # of an adapter at some counts), so a 34-token prompt alone rounds otherwise than twice.
-        copies = 2
         if self._lora_rows is not None:
-            self._lora_rows.use([request.lora] * copies)
+            self._lora_rows.use([request.lora] * 2)
         output = self._model(
-            input_ids=torch.tensor([request.prompt] * copies),
+            input_ids=torch.tensor([request.prompt] * 2),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=prompt_logprobs.logits_to_keep(request.params),
@@ -393,7 +392,7 @@ class InflightBatcher:
         own = [(keys[:1], values[:1]) for keys, values in prefilled_layers(cache)]
         self._start(request, output.logits[0, -1].float(), own)
 
-    def _start(self, request: EngineRequest, logits: torch.Tensor, layers: prefill.Layers) -> None:
+    def _start(self, request: EngineRequest, logits: torch.Tensor, layers: Layers) -> None:
         """Its first token from the prefill's `logits`; then it joins the decode batch."""
         state = SequenceState(
             params=request.params,
