@@ -11,7 +11,7 @@ from transformers import DynamicCache
 from tritonbox_testing.reference import greedy_ids
 
 from tritonbox_triton.engine.decode_step import DecodeStep, unsupported
-from tritonbox_triton.engine.kv_batch import BatchedKVCache
+from tritonbox_triton.engine.kv_batch import BatchedKVCache, prefilled_layers
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
 from tritonbox_triton.engine.words import text_decoder
@@ -111,3 +111,57 @@ def test_a_lone_chat_prompt_answers_as_generate(model: Any, tokenizer: Any, make
     while engine.run_once():
         pass
     assert sink.tokens == greedy_ids(model, prompt, 24, EOS)
+
+
+def test_a_twin_prefill_is_the_forwards_where_exact_for_says_so(
+    model: Any, step: DecodeStep
+) -> None:
+    """Where the prepacked products of 2 × length rows round as the plain ones (`exact_for`),
+    the prepacked twin prefill gives generate()'s prefill bit for bit: next-token logits and
+    every layer's keys and values. Where they do not, the engine takes the forward, so the
+    check must not say yes where the bits differ: both answers are tried on each length."""
+    generator = torch.Generator().manual_seed(5)
+    answers = {}
+    for length in (3, 16, 34, 39, 100, 150):
+        prompt = torch.randint(0, 49_000, (length,), generator=generator).tolist()
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            output = model(
+                input_ids=torch.tensor([prompt] * 2), past_key_values=cache, logits_to_keep=1
+            )
+        logits, layers = step.prefill([prompt] * 2)
+        same = torch.equal(logits, output.logits[:, -1]) and all(
+            torch.equal(keys, expected_keys[:1]) and torch.equal(values, expected_values[:1])
+            for (keys, values), (expected_keys, expected_values) in zip(
+                layers[0], prefilled_layers(cache), strict=True
+            )
+        )
+        answers[length] = step.exact_for(length)
+        if answers[length]:
+            assert same, f"{length} tokens: exact_for said yes, the bits differ"
+    assert answers[3] and answers[16]  # up to 32 rows the kernels always agree
+
+
+def test_a_lone_prompt_takes_the_prepacked_twin_prefill(
+    model: Any, tokenizer: Any, make_sink: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = InflightBatcher(
+        model, text_decoder(tokenizer), EngineLimits(256, 64, 10_000), max_batch_size=4
+    )
+    assert engine._fast_step is not None
+    passes: list[int] = []
+    prefill = engine._fast_step.prefill
+
+    def counted(prompts: list[list[int]]) -> Any:
+        passes.append(len(prompts))
+        return prefill(prompts)
+
+    monkeypatch.setattr(engine._fast_step, "prefill", counted)
+    prompt = list(tokenizer("The capital of France is")["input_ids"])
+    sink = make_sink()
+    params = SamplingParams(max_tokens=8, end_id=EOS, pad_id=EOS, temperature=0.0)
+    engine.submit(EngineRequest(prompt, params, sink, [], []))
+    while engine.run_once():
+        pass
+    assert passes == [2]
+    assert sink.tokens == greedy_ids(model, prompt, 8, EOS)

@@ -19,6 +19,8 @@ from tritonbox_triton.engine.sampling import (
     _draw,
     _filter_top_k_top_p,
     choose_token,
+    choose_tokens,
+    plain_greedy,
 )
 from tritonbox_triton.engine.words import WordRules
 
@@ -121,3 +123,33 @@ def test_a_draw_follows_the_distribution_and_never_takes_a_removed_token() -> No
     assert set(draws) == {3, 500, 999}
     for token, share in ((3, 0.2), (500, 0.5), (999, 0.3)):
         assert abs(draws[token] / 4000 - share) < 0.03
+
+
+def test_a_batch_chooses_what_each_row_would_alone() -> None:
+    """The plain greedy rows share one log-softmax and argmax; the others (sampled, penalised,
+    still under min_tokens, with bad words) go row by row; every choice is the lone one's."""
+    decode = state().words._decode
+    rows = [
+        state(num_top_logprobs=3),
+        state(temperature=0.7, top_p=0.9, seed=5),
+        state(repetition_penalty=1.3),
+        state(min_tokens=4),
+        state(),
+        SequenceState(
+            params=SamplingParams(max_tokens=8, end_id=0, pad_id=0),
+            prompt=[1],
+            words=WordRules(decode, bad_words=[[5]]),
+        ),
+        state(end_id=-1, min_tokens=4),
+    ]
+    assert [plain_greedy(row) for row in rows] == [True, False, False, False, True, False, True]
+    logits = torch.randn(len(rows), VOCAB, generator=torch.Generator().manual_seed(3)) * 4
+    logits[:, 5] = 50.0  # the best token everywhere, unless a rule bans it
+    before = logits.clone()
+    batched = choose_tokens(logits, rows)
+    assert torch.equal(logits, before)
+    for row in rows:  # the sampled row draws again from a fresh generator of the same seed
+        row.generator.manual_seed(row.params.seed)
+    alone = [choose_token(logits[index].clone(), row) for index, row in enumerate(rows)]
+    assert batched == alone
+    assert batched[5].token != 5 and batched[0].top_ids[0] == 5

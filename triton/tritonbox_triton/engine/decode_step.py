@@ -95,6 +95,26 @@ class _Layer:
         )
         self.down = packed_linear(_base_weight(mlp.down_proj))
         self.scaling = float(attention.scaling)
+        self.plain = [  # the model's own products, as its forward makes them
+            [_base_weight(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")],
+            [_base_weight(attention.o_proj)],
+            [_base_weight(mlp.gate_proj), _base_weight(mlp.up_proj)],
+            [_base_weight(mlp.down_proj)],
+        ]
+
+    def agrees_with_plain(self, rows: int) -> bool:
+        """Whether each prepacked product of `rows` rows has the bits of the model's own
+        `F.linear`s (q, k and v apart, gate and up apart), tried on random rows. A kernel's
+        order of summation depends on the shapes, never on the values, so one try answers for
+        every input of that many rows."""
+        generator = torch.Generator().manual_seed(rows)
+        products = (self.qkv, self.o, self.gate_up, self.down)
+        for packed, plain in zip(products, self.plain, strict=True):
+            width = plain[0].shape[1]
+            x = torch.randn(rows, width, generator=generator).to(plain[0].dtype)
+            if not torch.equal(packed(x), torch.cat([F.linear(x, w) for w in plain], dim=-1)):
+                return False
+        return True
 
 
 class DecodeStep:
@@ -118,6 +138,17 @@ class DecodeStep:
         self._embed = decoder.embed_tokens.weight
         self._norm = decoder.norm.weight
         self._lm_head = packed_linear(model.lm_head.weight)
+        self._agrees: dict[int, bool] = {}
+
+    def exact_for(self, prompt_tokens: int) -> bool:
+        """Whether `prefill` of a prompt's twin rows is the model forward's bit for bit: its
+        products of 2 × `prompt_tokens` rows round as the plain ones do (checked once per row
+        count; on the AMX machine up to about 64 tokens). The rest of the pass is the forward's
+        own arithmetic, and the next-token product has 2 rows, where the kernels agree."""
+        rows = 2 * prompt_tokens
+        if rows not in self._agrees:
+            self._agrees[rows] = self._layers[0].agrees_with_plain(rows)
+        return self._agrees[rows]
 
     def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [rows, 1, head_dim] at each row's position, as the model's forward has them."""
@@ -166,10 +197,10 @@ class DecodeStep:
         """A shared prefill of two or more prompts (right-padded to the longest, prefill.py says
         why that is safe): each one's next-token logits [rows, vocab] and its own keys and
         values per layer ([1, kv heads, length, head_dim]). The model forward's arithmetic over
-        the prepacked weights, as `__call__` is for a decode step. A lone prompt takes the
-        model's own forward as twin rows instead (scheduler.py): prepacked and plain products
-        of more than 32 rows round differently at some row counts, and only the model's forward
-        gives generate()'s reference bit for bit there."""
+        the prepacked weights, as `__call__` is for a decode step. A lone prompt runs as twin
+        rows, here where `exact_for` its length, else through the model's forward
+        (scheduler.py): prepacked and plain products of more than 32 rows round differently at
+        some row counts, and generate()'s twin reference must be met bit for bit."""
         if len(prompts) < 2:
             raise ValueError("a shared prefill needs two prompts or more")
         ids, ends = right_padded(prompts)

@@ -56,6 +56,10 @@ class WordRules:
         # decodes to at least one byte, and a character is at most four.
         self._bad_window = self._window(self._bad_ids, self._bad_strings)
 
+    @property
+    def has_bad_words(self) -> bool:
+        return bool(self._bad_ids)
+
     @staticmethod
     def _window(ids: Sequence[tuple[int, ...]], strings: Sequence[str]) -> int:
         longest_ids = max((len(word) for word in ids), default=0)
