@@ -8,17 +8,13 @@ import json
 import sys
 import types
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from threading import Event
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tritonbox_triton.engine.params import SamplingParams
-from tritonbox_triton.engine.scheduler import EngineFinish
 from tritonbox_triton.render import templates_dir
 
 
@@ -72,7 +68,6 @@ def _fake_pb_utils() -> types.ModuleType:
         "InferenceResponse": InferenceResponse,
         "Logger": Logger,
         "get_input_tensor_by_name": lambda request, name: request.tensors.get(name),
-        "TRITONSERVER_RESPONSE_COMPLETE_FINAL": 1,
     }
     for name, value in attributes.items():
         setattr(module, name, value)
@@ -171,44 +166,3 @@ def test_postprocessing_decodes_and_passes_log_probs_through(
     assert second.outputs["OUT_OUTPUT_LOG_PROBS"].tolist() == [[[-1.0, -0.5]]]
     assert first.error is None and second.error is None
     assert "postprocessing failed" in third.error.message()
-
-
-def _cpu_model_module(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", _fake_pb_utils())
-    path = templates_dir() / "tensorrt_llm_cpu" / "1" / "model.py"
-    spec = importlib.util.spec_from_file_location("_tritonbox_test_cpu_model", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-class _Sender:
-    def __init__(self) -> None:
-        self.sent: list[tuple[dict[str, Any], int]] = []
-
-    def send(self, response: InferenceResponse, flags: int = 0) -> None:
-        self.sent.append((response.outputs, flags))
-
-
-def test_streamed_tokens_wait_for_a_busy_sender_and_go_together(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """While the sending thread is busy, a stream's new tokens gather and leave as one response
-    (ids and log-probs in order); an idle sender sends each token as it comes."""
-    module = _cpu_model_module(monkeypatch)
-    sender, gate = _Sender(), Event()
-    params = SamplingParams(max_tokens=8, end_id=2, pad_id=2, streaming=True)
-    with ThreadPoolExecutor(max_workers=1) as later:
-        sink = module.TritonSink(sender, params, [7, 8], later)
-        sink.on_tokens([5], [-0.5], None)
-        later.submit(lambda: None).result()  # idle: the first token went alone
-        later.submit(gate.wait)  # the sending thread is busy elsewhere
-        sink.on_tokens([6], [-0.25], None)
-        sink.on_tokens([9], [-1.0], None)
-        sink.on_tokens([4], [-2.0], EngineFinish.LENGTH)
-        gate.set()
-    ids = [outputs["output_ids"].reshape(-1).tolist() for outputs, _ in sender.sent]
-    assert ids == [[5], [6, 9, 4]]
-    assert sender.sent[1][0]["output_log_probs"].reshape(-1).tolist() == [-0.25, -1.0, -2.0]
-    assert [flags for _, flags in sender.sent] == [0, 1]

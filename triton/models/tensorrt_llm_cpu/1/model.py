@@ -120,18 +120,12 @@ class TritonSink:
         self._sender = sender
         self._later = later  # the one sending thread (TritonPythonModel.initialize says why)
         self._params = params
-        # Streamed responses carry only new tokens (TensorRT-LLM's rule).
-        keep_prompt = not params.exclude_input_in_output and not params.streaming
-        self._ids: list[int] = list(prompt) if keep_prompt else []
+        self._ids: list[int] = [] if params.exclude_input_in_output else list(prompt)
         self._logprobs: list[float] = []
         self._top: list[TopLogprobs] | None = [] if params.num_top_logprobs else None
         self._prompt: PromptScores | None = None  # sent with the next response, then dropped
         self._cancelled = False
         self._asking = False  # a question to tritonserver is queued on the sending thread
-        # Streamed tokens not yet sent, and whether a send of them is queued (on_tokens says why).
-        self._unsent = threading.Lock()
-        self._flush_queued = False
-        self._finished = False
 
     def _send(self, response: Callable[[], Any], final: bool) -> None:
         """Queue `response()` (built on the sending thread too) for the client."""
@@ -170,20 +164,12 @@ class TritonSink:
         top: Sequence[TopLogprobs] = (),
     ) -> None:
         if self._params.streaming:
-            # The tokens wait in this sink until the sending thread takes them: when it falls
-            # behind (a busy batch, each send a round trip to tritonserver), the tokens of
-            # several steps go as one response instead of one response each. An idle sender
-            # takes each token as it comes, so nothing waits that would not have waited anyway.
-            with self._unsent:
-                self._ids += tokens
-                self._logprobs += logprobs
-                if self._top is not None:
-                    self._top += top
-                self._finished = finish is not None
-                if self._flush_queued:
-                    return
-                self._flush_queued = True
-            self._later.submit(self._flush)
+            new_top = None if self._top is None else list(top)
+            count, prompt, self._prompt = self._params.num_top_logprobs, self._prompt, None
+            self._send(
+                lambda: _response(tokens, logprobs, new_top, count, prompt),
+                final=finish is not None,
+            )
             return
         self._ids += tokens
         self._logprobs += logprobs
@@ -193,20 +179,6 @@ class TritonSink:
             top_count = self._params.num_top_logprobs
             ids, logprobs_all, top_all, prompt = self._ids, self._logprobs, self._top, self._prompt
             self._send(lambda: _response(ids, logprobs_all, top_all, top_count, prompt), final=True)
-
-    def _flush(self) -> None:
-        """On the sending thread: every streamed token not yet sent, as one response."""
-        with self._unsent:
-            ids, logprobs, top = self._ids, self._logprobs, self._top
-            self._ids, self._logprobs = [], []
-            self._top = None if top is None else []
-            final, self._flush_queued = self._finished, False
-        count, prompt, self._prompt = self._params.num_top_logprobs, self._prompt, None
-        try:
-            response = _response(ids, logprobs, top, count, prompt)
-            self._sender.send(response, flags=FINAL if final else 0)
-        except Exception as error:  # the client may be gone; the engine must carry on
-            pb_utils.Logger.log_warn(f"could not send a response: {error}")
 
     def on_prompt(self, scores: PromptScores) -> None:
         self._prompt = scores

@@ -3,8 +3,7 @@
 No model: a request gets exactly `request_output_len` ids cycling through a fixed English text
 (real tokenizer), so postprocessing and the api detokenise real text, `synthetic_token_interval_s`
 apart (0 = as fast as they can be sent); `end_id` and stop words never end it early. Tensors,
-validation and responses are the cpu flavour's: a response per token when streaming (the cpu
-flavour sends several together when its sending thread falls behind), else one
+validation and responses are the cpu flavour's: one response per token when streaming, else one
 with every id, the last flagged final; a `stop` request ends the running request with its id.
 `async def execute`: the Python backend runs it on its asyncio loop without waiting (decoupled
 models), so hundreds of streams are tasks on one thread, not a thread each.
