@@ -56,3 +56,34 @@ def test_advance_adds_a_real_column() -> None:
     batch.add_sequence(sequence_cache(2, 1.0))
     batch.advance()
     assert batch.mask.tolist() == [[1, 1, 1]]
+
+
+def _row_values(batch: BatchedKVCache, row: int) -> list[float]:
+    """Layer 0's key value in each column of `row` (each test sequence is one constant)."""
+    return batch.key_buffers[0, row, 0, : batch.columns, 0].tolist()
+
+
+def test_survivors_fill_the_gaps_and_only_they_move() -> None:
+    """The scheduler's order after rows end: a survivor keeps its row, the last ones fill the
+    gaps. A few columns of padding left in every row stay (trimming shifts every row)."""
+    batch = BatchedKVCache(max_rows=4)
+    for length, value in ((8, 1.0), (7, 2.0), (6, 3.0), (7, 4.0)):
+        batch.add_sequence(sequence_cache(length, value))
+    untouched = batch.key_buffers[:, 0].clone()
+    batch.keep_rows([3, 1, 2])  # row 0 ended; row 3 takes its place
+    assert (batch.rows, batch.columns) == (3, 8)
+    assert batch.mask.tolist() == [[0, 1, 1, 1, 1, 1, 1, 1], [0] + [1] * 7, [0, 0] + [1] * 6]
+    assert _row_values(batch, 0) == [0.0] + [4.0] * 7
+    assert _row_values(batch, 1) == [0.0] + [2.0] * 7
+    assert _row_values(batch, 2) == [0.0, 0.0] + [3.0] * 6
+    assert not torch.equal(batch.key_buffers[:, 0], untouched)
+
+
+def test_any_other_order_is_kept_too() -> None:
+    batch = BatchedKVCache(max_rows=4)
+    for length, value in ((3, 1.0), (4, 2.0), (2, 3.0)):
+        batch.add_sequence(sequence_cache(length, value))
+    batch.keep_rows([2, 0])  # row 0 comes from a row before it: every row is copied at once
+    assert (batch.rows, batch.columns) == (2, 3)  # one column of four was padding: trimmed
+    assert _row_values(batch, 0) == [0.0, 3.0, 3.0]
+    assert _row_values(batch, 1) == [1.0, 1.0, 1.0]

@@ -165,7 +165,11 @@ class BatchedKVCache:
         self._show()
 
     def keep_rows(self, rows: list[int]) -> None:
-        """Keep only these rows, in this order, and trim all-padding columns."""
+        """Keep only these rows, in this order. Only the rows that change place are copied
+        when each comes from its own place or later (as when survivors fill the gaps finished
+        rows left, the scheduler's order): copying every row took ~0.25 s at 16 rows of ~170
+        columns, a stall each time a request ended. Columns that are padding in every kept row
+        are trimmed once they are a quarter of the columns: a trim shifts every row."""
         if not rows:
             self.cache, self._layers = None, []  # the buffers go: an idle engine holds none
             self.key_buffers, self.value_buffers = torch.zeros(0), torch.zeros(0)
@@ -175,8 +179,14 @@ class BatchedKVCache:
         mask = self.mask.index_select(0, index)
         used = mask.any(dim=0).nonzero()
         first = int(used[0]) if used.numel() else mask.shape[1]
-        moved = rows != list(range(len(rows)))
-        if moved or first:
+        first = first if first * 4 >= self.columns else 0
+        moves = [(to, row) for to, row in enumerate(rows) if row != to or first]
+        if all(row >= to for to, row in moves):
+            for to, row in moves:
+                for buffers in (self.key_buffers, self.value_buffers):
+                    moved = buffers[:, row, :, first : self.columns]
+                    buffers[:, to, :, : self.columns - first] = moved.clone() if first else moved
+        else:
             for buffers in (self.key_buffers, self.value_buffers):
                 kept = buffers[:, :, :, first : self.columns].index_select(1, index)
                 buffers[:, : len(rows), :, : self.columns - first] = kept

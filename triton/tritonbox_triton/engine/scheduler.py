@@ -314,8 +314,7 @@ class InflightBatcher:
             if i not in keep:
                 run.request.sink.on_cancelled()
                 self._observer.on_finished("cancelled")
-        self._running = [self._running[i] for i in keep]
-        self._kv.keep_rows(keep)
+        self._keep(keep)
 
     def _reserved(self) -> int:
         return sum(run.request.reserved_tokens for run in self._running)
@@ -455,8 +454,17 @@ class InflightBatcher:
             if not self._advance(run, choice)
         ]
         if len(keep) != len(self._running):
-            self._running = [self._running[i] for i in keep]
-            self._kv.keep_rows(keep)
+            self._keep(keep)
+
+    def _keep(self, keep: list[int]) -> None:
+        """Only the running rows `keep`: a survivor keeps its row unless that row is past the
+        new end, and the last survivors fill the gaps the others left, so the KV cache copies
+        only those (kv_batch.py)."""
+        kept = set(keep)
+        tail = [row for row in keep if row >= len(keep)]
+        order = [row if row in kept else tail.pop() for row in range(len(keep))]
+        self._running = [self._running[row] for row in order]
+        self._kv.keep_rows(order)
 
     def _advance(self, run: _Running, choice: TokenChoice) -> bool:
         """Emit `run`'s chosen token; True when the sequence has finished."""
