@@ -165,3 +165,13 @@ def test_a_lone_prompt_takes_the_prepacked_twin_prefill(
         pass
     assert passes == [2]
     assert sink.tokens == greedy_ids(model, prompt, 8, EOS)
+
+
+def test_rope_past_the_models_length_is_the_models_own(model: Any, step: DecodeStep) -> None:
+    """The cos/sin table covers the model's trained length and grows when a longer context
+    reaches past it, with the values the model's rotary embedding computes there."""
+    positions = torch.tensor([3, model.config.max_position_embeddings + 5])
+    cos, sin = step.rotary(positions)
+    embed = model.model.embed_tokens.weight[:1]
+    expected_cos, expected_sin = model.model.rotary_emb(embed, positions[None])
+    assert torch.equal(cos[:, 0], expected_cos[0]) and torch.equal(sin[:, 0], expected_sin[0])

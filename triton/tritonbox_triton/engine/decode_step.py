@@ -87,20 +87,14 @@ class _Layer:
         self.input_norm: torch.Tensor = layer.input_layernorm.weight
         self.post_norm: torch.Tensor = layer.post_attention_layernorm.weight
         qkv = [_base_weight(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")]
-        self.qkv = packed_linear(torch.cat(qkv))
-        self.qk_width = qkv[0].shape[0] + qkv[1].shape[0]
-        self.o = packed_linear(_base_weight(attention.o_proj))
-        self.gate_up = packed_linear(
-            torch.cat([_base_weight(mlp.gate_proj), _base_weight(mlp.up_proj)])
+        gate_up = [_base_weight(mlp.gate_proj), _base_weight(mlp.up_proj)]
+        self.plain = [qkv, [_base_weight(attention.o_proj)], gate_up, [_base_weight(mlp.down_proj)]]
+        self.qkv, self.o, self.gate_up, self.down = (  # one weight is packed as it is, not copied
+            packed_linear(torch.cat(weights) if len(weights) > 1 else weights[0])
+            for weights in self.plain
         )
-        self.down = packed_linear(_base_weight(mlp.down_proj))
+        self.qk_width = qkv[0].shape[0] + qkv[1].shape[0]
         self.scaling = float(attention.scaling)
-        self.plain = [  # the model's own products, as its forward makes them
-            [_base_weight(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")],
-            [_base_weight(attention.o_proj)],
-            [_base_weight(mlp.gate_proj), _base_weight(mlp.up_proj)],
-            [_base_weight(mlp.down_proj)],
-        ]
 
     def agrees_with_plain(self, rows: int) -> bool:
         """Whether each prepacked product of `rows` rows has the bits of the model's own
@@ -138,12 +132,9 @@ class DecodeStep:
         self._norm = decoder.norm.weight
         self._lm_head = packed_linear(model.lm_head.weight)
         self._agrees: dict[int, bool] = {}
-        # RoPE's cos and sin at every position, from the model's own rotary embedding: each value
-        # is one product and one cos or sin of it, the same whichever positions share the call,
-        # and a lookup costs a step less than the call (tested bit for bit with the step).
-        every = torch.arange(config.max_position_embeddings)[None]
-        cos, sin = decoder.rotary_emb(self._embed[:1], every)
-        self._cos, self._sin = cos[0], sin[0]  # [positions, head_dim]
+        self._rotary_emb = decoder.rotary_emb
+        self._cos = self._sin = torch.zeros(0, self.head_dim)  # [positions, head_dim]
+        self._rope_table(config.max_position_embeddings)
 
     def exact_for(self, prompt_tokens: int) -> bool:
         """Whether `prefill` of a prompt's twin rows is the model forward's bit for bit: its
@@ -155,8 +146,21 @@ class DecodeStep:
             self._agrees[rows] = self._layers[0].agrees_with_plain(rows)
         return self._agrees[rows]
 
+    def _rope_table(self, positions: int) -> None:
+        """RoPE's cos and sin at every position below `positions` (at least), from the model's
+        own rotary embedding: each value is one product and one cos or sin of it, the same
+        whichever positions share the call, and a lookup costs a step less than the call (tested
+        bit for bit with the step). Past the model's trained length the table doubles, as the
+        call would have gone on."""
+        if positions <= self._cos.shape[0]:
+            return
+        size = max(positions, 2 * self._cos.shape[0])
+        cos, sin = self._rotary_emb(self._embed[:1], torch.arange(size)[None])
+        self._cos, self._sin = cos[0], sin[0]
+
     def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [rows, 1, head_dim] at each row's position, as the model's forward has them."""
+        self._rope_table(int(positions.max()) + 1)
         return self._cos[positions, None, :], self._sin[positions, None, :]
 
     @torch.inference_mode()
@@ -210,6 +214,7 @@ class DecodeStep:
         rows, length = ids.shape
         heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
         groups = heads // kv_heads
+        self._rope_table(length)
         cos, sin = self._cos[None, :length, None, :], self._sin[None, :length, None, :]
         causal = torch.full((length, length), float("-inf"), dtype=torch.float64).triu(1)
         bias = causal.repeat(groups, 1)  # query rows ordered (group, position), as attention.py

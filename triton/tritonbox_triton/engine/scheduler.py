@@ -342,10 +342,8 @@ class InflightBatcher:
         runs += [[r] for r in admitted if id(r) not in shared_ids]
         for run in runs:
             try:
-                if len(run) > 1:
+                if len(run) > 1 or (id(run[0]) in shared_ids and self._twin_exact(run[0])):
                     self._prefill_shared(run)
-                elif run[0] in shared and self._twin_exact(run[0].prompt):
-                    self._prefill_twin(run[0])
                 else:
                     self._prefill(run[0])
             except Exception as error:
@@ -356,32 +354,25 @@ class InflightBatcher:
 
     def _prefill_shared(self, requests: list[EngineRequest]) -> None:
         """One pass for these prompts that need nothing but their next token (prefill.py), over
-        the prepacked weights where the model has them (decode_step.py)."""
+        the prepacked weights where the model has them (decode_step.py). A lone one runs as
+        twin rows, as generate()'s reference does: `_prefill`'s bits where `_twin_exact`, in
+        two thirds of its time."""
+        prompts = [r.prompt for r in requests] * (2 if len(requests) == 1 else 1)
         if self._lora_rows is not None:
-            self._lora_rows.use([None] * len(requests))
-        prompts = [r.prompt for r in requests]
+            self._lora_rows.use([None] * len(prompts))
         if self._fast_step is not None:
             logits, layers = self._fast_step.prefill(prompts)
         else:
             logits, layers = prefill.prefill_together(self._model, prompts)
         self._step["context"] += len(requests)
         self._step["context_tokens"] += sum(len(r.prompt) for r in requests)
-        for request, row, own in zip(requests, logits.float(), layers, strict=True):
+        rows = len(requests)  # a twin's copy is left out
+        for request, row, own in zip(requests, logits[:rows].float(), layers[:rows], strict=True):
             self._start(request, row, own)
 
-    def _twin_exact(self, prompt: list[int]) -> bool:
-        return self._fast_step is not None and self._fast_step.exact_for(len(prompt))
-
-    def _prefill_twin(self, request: EngineRequest) -> None:
-        """A lone prompt as twin rows over the prepacked weights: `_prefill`'s bits (where
-        `DecodeStep.exact_for` its length) in two thirds of its time."""
-        assert self._fast_step is not None
-        if self._lora_rows is not None:
-            self._lora_rows.use([None] * 2)
-        logits, layers = self._fast_step.prefill([request.prompt] * 2)
-        self._step["context"] += 1
-        self._step["context_tokens"] += len(request.prompt)
-        self._start(request, logits[0].float(), layers[0])
+    def _twin_exact(self, request: EngineRequest) -> bool:
+        """Whether a lone prompt's twin pass over the prepacked weights gives `_prefill`'s bits."""
+        return self._fast_step is not None and self._fast_step.exact_for(len(request.prompt))
 
     def _prefill(self, request: EngineRequest) -> None:
         cache = DynamicCache(config=self._model.config)
