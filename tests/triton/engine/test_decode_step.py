@@ -26,7 +26,8 @@ def step(model: Any) -> DecodeStep:
 
 def _prefilled_batch(model: Any, lengths: list[int]) -> BatchedKVCache:
     generator = torch.Generator().manual_seed(sum(lengths))
-    batch = BatchedKVCache(max_rows=4)
+    groups = model.config.num_attention_heads // model.config.num_key_value_heads
+    batch = BatchedKVCache(max_rows=4, query_groups=groups)
     for length in lengths:
         cache = DynamicCache(config=model.config)
         ids = torch.randint(0, 49_000, (1, length), generator=generator)
@@ -46,15 +47,15 @@ def test_step_logits_equal_the_eager_forwards(
     batch = _prefilled_batch(model, lengths)
     generator = torch.Generator().manual_seed(7)
     for _ in range(3):
-        mask, positions = batch.decode_inputs()
+        valid, positions = batch.decode_inputs()
         ids = torch.randint(0, 49_000, (batch.shown_rows,), generator=generator)
         with torch.inference_mode():
-            eager = model(
-                input_ids=ids[:, None], attention_mask=mask, position_ids=positions,
-                past_key_values=batch.cache, use_cache=True,
-            ).logits[:, -1]  # fmt: skip
             keys, values = batch.key_buffers.clone(), batch.value_buffers.clone()
-            logits = step(ids, positions[:, 0], batch.decode_bias(mask), keys, values)
+            eager = model(
+                input_ids=ids[:, None], attention_mask=valid[:, None, None, :],
+                position_ids=positions, past_key_values=batch.cache, use_cache=True,
+            ).logits[:, -1]  # fmt: skip
+            logits = step(ids, positions[:, 0], valid, keys, values)
         assert torch.equal(logits, eager)
         # It wrote the same keys and values as the eager forward did.
         assert torch.equal(keys, batch.key_buffers) and torch.equal(values, batch.value_buffers)

@@ -10,7 +10,7 @@ over the engine's KV buffers (kv_batch.py).
 
 The engine promises the output of `generate()` on the eager model, so every operation is the
 one transformers runs, in its order and dtype: the same RMSNorm, RoPE, SiLU·up and residual
-additions, and the float64 attention (attention.py). A prepacked projection is oneDNN's same
+additions, and the same attention (attention.py). A prepacked projection is oneDNN's same
 kernel on the same weight (checked bit for bit in tests/triton/engine, at every batch size the
 engine runs). Only bfloat16 weights are prepacked: float32 `F.linear` goes through MKL, whose
 sums oneDNN would round differently, so a float32 engine keeps `F.linear`.
@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import rotate_half
 
+from .attention import decode_attention, prefill_attention
 from .kv_batch import Layers
 from .prefill import own_layers, right_padded
 
@@ -114,10 +115,10 @@ class _Layer:
 class DecodeStep:
     """One decode step over the engine's KV buffers.
 
-    `ids` [rows]; `positions` [rows]; `bias` [rows, columns + 1] float64, 0 where a row attends
-    and -inf on its padding; `keys`/`values` [layers, row capacity, kv heads, column capacity,
-    head_dim] float64, the new column written at index `columns`. Returns the logits
-    [rows, vocab] in the model's dtype.
+    `ids` [rows]; `positions` [rows], each row's length so far, where its new key is written;
+    `valid` bool [rows, width], the columns each row attends (kv_batch.decode_inputs);
+    `keys`/`values` [layers, row capacity, kv heads, column capacity, head_dim], each row's
+    keys from column 0, in the model's dtype. Returns the logits [rows, vocab] in that dtype.
     """
 
     def __init__(self, model: Any) -> None:
@@ -168,14 +169,14 @@ class DecodeStep:
         self,
         ids: torch.Tensor,
         positions: torch.Tensor,
-        bias: torch.Tensor,
+        valid: torch.Tensor,
         keys: torch.Tensor,
         values: torch.Tensor,
     ) -> torch.Tensor:
-        rows, column = ids.shape[0], bias.shape[1] - 1
+        rows, width = ids.shape[0], valid.shape[1]
         heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
+        row_index = torch.arange(rows)
         cos, sin = self.rotary(positions)
-        bias = bias[:, None, None, :]
         hidden = F.embedding(ids, self._embed)
         for index, layer in enumerate(self._layers):
             x = _rms_norm(hidden, layer.input_norm, eps)
@@ -185,15 +186,17 @@ class DecodeStep:
             qk = qk * cos + rotate_half(qk) * sin
             query, key = qk[:, :heads], qk[:, heads:]
             value = qkv[:, layer.qk_width :].view(rows, kv_heads, dim)
-            layer_keys = keys[index, :rows, :, : column + 1]
-            layer_values = values[index, :rows, :, : column + 1]
-            layer_keys[:, :, column] = key
-            layer_values[:, :, column] = value
-            grouped = query.reshape(rows, kv_heads, heads // kv_heads, dim).double()
-            scores = torch.matmul(grouped, layer_keys.transpose(-1, -2))
-            scores = scores * layer.scaling + bias
-            attended = torch.matmul(scores.softmax(-1), layer_values)
-            hidden = hidden + layer.o(attended.reshape(rows, heads * dim).to(hidden.dtype))
+            layer_keys, layer_values = keys[index], values[index]
+            layer_keys[row_index, :, positions] = key  # each row's next column
+            layer_values[row_index, :, positions] = value
+            attended = decode_attention(
+                query.reshape(rows, kv_heads, heads // kv_heads, dim),
+                layer_keys[:rows, :, :width],
+                layer_values[:rows, :, :width],
+                valid,
+                layer.scaling,
+            )
+            hidden = hidden + layer.o(attended.reshape(rows, heads * dim))
             x = _rms_norm(hidden, layer.post_norm, eps)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
             hidden = hidden + layer.down(F.silu(gate) * up)
@@ -213,11 +216,8 @@ class DecodeStep:
         ids, ends = right_padded(prompts)
         rows, length = ids.shape
         heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
-        groups = heads // kv_heads
         self._rope_table(length)
         cos, sin = self._cos[None, :length, None, :], self._sin[None, :length, None, :]
-        causal = torch.full((length, length), float("-inf"), dtype=torch.float64).triu(1)
-        bias = causal.repeat(groups, 1)  # query rows ordered (group, position), as attention.py
         hidden = F.embedding(ids, self._embed)
         cached: Layers = []
         for layer in self._layers:
@@ -229,12 +229,8 @@ class DecodeStep:
             key = qk[:, :, heads:].transpose(1, 2)
             value = qkv[..., layer.qk_width :].view(rows, length, kv_heads, dim).transpose(1, 2)
             cached.append((key, value))
-            grouped = query.reshape(rows, kv_heads, groups * length, dim).double()
-            scores = torch.matmul(grouped, key.double().transpose(-1, -2))
-            scores = scores * layer.scaling + bias
-            attended = torch.matmul(scores.softmax(-1), value.double())
-            attended = attended.reshape(rows, heads, length, dim).transpose(1, 2)
-            attended = attended.reshape(rows, length, heads * dim).to(hidden.dtype)
+            attended = prefill_attention(query, key, value, layer.scaling).transpose(1, 2)
+            attended = attended.reshape(rows, length, heads * dim)
             hidden = hidden + layer.o(attended)
             x = _rms_norm(hidden, layer.post_norm, eps)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)

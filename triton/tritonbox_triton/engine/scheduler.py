@@ -30,6 +30,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from . import prefill, prompt_logprobs
+from .attention import padding_block
 from .decode_step import DecodeStep, unsupported
 from .kv_batch import BatchedKVCache, Layers, prefilled_layers
 from .lora_layers import EngineAdapter, LoraRows
@@ -153,7 +154,7 @@ class InflightBatcher:
         self._observer: EngineObserver = observer or _NullObserver()
         self._waiting: deque[EngineRequest] = deque()
         self._running: list[_Running] = []
-        self._kv = BatchedKVCache(self._max_batch_size)
+        self._kv = self._new_cache()
         self._wakeup = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -411,7 +412,7 @@ class InflightBatcher:
             self._running.append(run)
 
     def _decode_step(self) -> None:
-        mask, positions = self._kv.decode_inputs()
+        valid, positions = self._kv.decode_inputs()
         # A lone sequence runs as two identical rows (kv_batch.py says why).
         rows = self._running * (self._kv.shown_rows // len(self._running))
         last = torch.tensor([[run.state.generated[-1]] for run in rows])
@@ -421,14 +422,13 @@ class InflightBatcher:
             adapters = bool(self._lora_rows.groups)
         if self._fast_step is not None and not adapters:
             kv = self._kv
-            bias = kv.decode_bias(mask)
             step = self._fast_step(
-                last[:, 0], positions[:, 0], bias, kv.key_buffers, kv.value_buffers
+                last[:, 0], positions[:, 0], valid, kv.key_buffers, kv.value_buffers
             )
         else:
             output = self._model(
                 input_ids=last,
-                attention_mask=mask,
+                attention_mask=valid[:, None, None, :],  # 4-D: taken as it is
                 position_ids=positions,
                 past_key_values=self._kv.cache,
                 use_cache=True,
@@ -477,9 +477,18 @@ class InflightBatcher:
             self._observer.on_finished(finish.value)
         return finish is not None
 
+    def _new_cache(self) -> BatchedKVCache:
+        config = self._model.config
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        # Decided here, at start, rather than inside the first request's prefill (~0.3 s).
+        padding_block(self._model.dtype, kv_heads, heads // kv_heads, dim)
+        return BatchedKVCache(self._max_batch_size, query_groups=heads // kv_heads)
+
     def _fail_running(self, message: str) -> None:
         for run in self._running:
             run.request.sink.on_error(message)
             self._observer.on_finished("error")
         self._running = []
-        self._kv = BatchedKVCache(self._max_batch_size)
+        self._kv = self._new_cache()
