@@ -1,5 +1,6 @@
 """What the cpu engine must reproduce: transformers' `generate()` on the checkpoint as the engine
-loads it (its dtype on this machine, its float64 attention; tritonbox_triton.engine.attention).
+loads it (its dtype on this machine, its attention with keys padded to a block of columns, as a
+decode batch pads them; tritonbox_triton.engine.attention).
 
 The engine never multiplies a lone row: a single sequence decodes as two identical rows, because
 PyTorch's one-row kernel rounds differently from the kernel it uses for two or more (kv_batch.py).

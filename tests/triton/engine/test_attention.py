@@ -14,6 +14,7 @@ from tritonbox_triton.engine.attention import (
     decode_attention,
     decode_width,
     engine_attention,
+    padding_bias,
     padding_block,
 )
 
@@ -63,7 +64,7 @@ def test_a_decode_row_has_the_same_bits_alone_and_in_any_batch(path: str) -> Non
     values = randn(rows, KV_HEADS, width, DIM, seed=5)
     query = randn(rows, KV_HEADS, GROUPS, DIM, seed=6)
     valid = torch.arange(width)[None, :] < lengths[:, None]
-    batched = decode_attention(query, keys, values, valid, DIM**-0.5)
+    batched = decode_attention(query, keys, values, padding_bias(valid, query.dtype), DIM**-0.5)
     for row, length in enumerate(lengths.tolist()):
         twins = query[row : row + 1].reshape(1, HEADS, 1, DIM).expand(2, -1, -1, -1)
         own_keys = keys[row : row + 1, :, :length].expand(2, -1, -1, -1)
@@ -80,7 +81,7 @@ def test_the_fused_decode_is_the_attention() -> None:
     keys, values = randn(2, KV_HEADS, width, DIM, seed=7), randn(2, KV_HEADS, width, DIM, seed=8)
     query = randn(2, KV_HEADS, GROUPS, DIM, seed=9)
     valid = torch.arange(width)[None, :] < lengths[:, None]
-    mine = decode_attention(query, keys, values, valid, DIM**-0.5)
+    mine = decode_attention(query, keys, values, padding_bias(valid, query.dtype), DIM**-0.5)
     for row, length in enumerate(lengths.tolist()):
         expected = F.scaled_dot_product_attention(
             query[row].double(), keys[row, :, :length].double(), values[row, :, :length].double()

@@ -27,7 +27,7 @@ def step(model: Any) -> DecodeStep:
 def _prefilled_batch(model: Any, lengths: list[int]) -> BatchedKVCache:
     generator = torch.Generator().manual_seed(sum(lengths))
     groups = model.config.num_attention_heads // model.config.num_key_value_heads
-    batch = BatchedKVCache(max_rows=4, query_groups=groups)
+    batch = BatchedKVCache(query_groups=groups)
     for length in lengths:
         cache = DynamicCache(config=model.config)
         ids = torch.randint(0, 49_000, (1, length), generator=generator)
@@ -117,33 +117,36 @@ def test_a_lone_chat_prompt_answers_as_generate(model: Any, tokenizer: Any, make
 def test_a_twin_prefill_is_the_forwards_where_exact_for_says_so(
     model: Any, step: DecodeStep
 ) -> None:
-    """Where the prepacked products of 2 × length rows round as the plain ones (`exact_for`),
-    the prepacked twin prefill gives generate()'s prefill bit for bit: next-token logits and
-    every layer's keys and values. Where they do not, the engine takes the forward, so the
-    check must not say yes where the bits differ: both answers are tried on each length."""
+    """Where the prepacked products round as the plain ones of the reference's twin rows, the
+    prepacked prefill gives generate()'s prefill bit for bit, next-token logits and every
+    layer's keys and values: run as twins where `exact_for` says so, once where
+    `lone_exact_for` does. Where they do not, the engine takes the forward, so neither check
+    may say yes where the bits differ: every answer is tried on each length."""
     generator = torch.Generator().manual_seed(5)
     answers = {}
-    for length in (3, 16, 34, 39, 100, 150):
+    for length in (1, 3, 16, 17, 34, 39, 64, 100, 150):
         prompt = torch.randint(0, 49_000, (length,), generator=generator).tolist()
         cache = DynamicCache(config=model.config)
         with torch.inference_mode():
             output = model(
                 input_ids=torch.tensor([prompt] * 2), past_key_values=cache, logits_to_keep=1
             )
-        logits, layers = step.prefill([prompt] * 2)
-        same = torch.equal(logits, output.logits[:, -1]) and all(
-            torch.equal(keys, expected_keys[:1]) and torch.equal(values, expected_values[:1])
-            for (keys, values), (expected_keys, expected_values) in zip(
-                layers[0], prefilled_layers(cache), strict=True
+        for copies, check in ((2, step.exact_for), (1, step.lone_exact_for)):
+            logits, layers = step.prefill([prompt] * copies)
+            same = torch.equal(logits[:1], output.logits[:1, -1]) and all(
+                torch.equal(keys, expected_keys[:1]) and torch.equal(values, expected_values[:1])
+                for (keys, values), (expected_keys, expected_values) in zip(
+                    layers[0], prefilled_layers(cache), strict=True
+                )
             )
-        )
-        answers[length] = step.exact_for(length)
-        if answers[length]:
-            assert same, f"{length} tokens: exact_for said yes, the bits differ"
-    assert answers[3] and answers[16]  # up to 32 rows the kernels always agree
+            answers[length, copies] = check(length)
+            if answers[length, copies]:
+                assert same, f"{length} tokens, {copies} copies: the check said yes, bits differ"
+    # up to 32 rows the kernels always agree
+    assert answers[3, 2] and answers[16, 2] and answers[1, 1] and answers[16, 1]
 
 
-def test_a_lone_prompt_takes_the_prepacked_twin_prefill(
+def test_a_lone_prompt_takes_the_prepacked_prefill(
     model: Any, tokenizer: Any, make_sink: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = InflightBatcher(
@@ -164,7 +167,7 @@ def test_a_lone_prompt_takes_the_prepacked_twin_prefill(
     engine.submit(EngineRequest(prompt, params, sink, [], []))
     while engine.run_once():
         pass
-    assert passes == [2]
+    assert passes == [1 if engine._fast_step.lone_exact_for(len(prompt)) else 2]
     assert sink.tokens == greedy_ids(model, prompt, 8, EOS)
 
 

@@ -59,7 +59,7 @@ def test_advance_adds_a_column_to_every_row() -> None:
 
 
 def test_a_row_written_over_a_longer_one_that_left_has_no_stale_keys() -> None:
-    batch = BatchedKVCache(max_rows=2, query_groups=3)
+    batch = BatchedKVCache(query_groups=3)
     batch.add_sequence(sequence_cache(3, 1.0))
     batch.add_sequence(sequence_cache(9, 5.0))
     batch.keep_rows([0])
@@ -70,7 +70,7 @@ def test_a_row_written_over_a_longer_one_that_left_has_no_stale_keys() -> None:
 def test_survivors_fill_the_gaps_and_only_they_move() -> None:
     """The scheduler's order after rows end: a survivor keeps its row, the last ones fill the
     gaps, and no row's keys shift."""
-    batch = BatchedKVCache(max_rows=4, query_groups=3)
+    batch = BatchedKVCache(query_groups=3)
     for length, value in ((8, 1.0), (7, 2.0), (6, 3.0), (7, 4.0)):
         batch.add_sequence(sequence_cache(length, value))
     untouched = batch.key_buffers[:, 1:3].clone()
@@ -82,7 +82,7 @@ def test_survivors_fill_the_gaps_and_only_they_move() -> None:
 
 
 def test_any_other_order_is_kept_too() -> None:
-    batch = BatchedKVCache(max_rows=4, query_groups=3)
+    batch = BatchedKVCache(query_groups=3)
     for length, value in ((3, 1.0), (4, 2.0), (2, 3.0)):
         batch.add_sequence(sequence_cache(length, value))
     batch.keep_rows([2, 0])  # row 0 comes from a row before it: every row is copied at once

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import rotate_half
 
-from .attention import decode_attention, prefill_attention
+from .attention import decode_attention, padding_bias, prefill_attention
 from .kv_batch import Layers
 from .prefill import own_layers, right_padded
 
@@ -97,17 +97,19 @@ class _Layer:
         self.qk_width = qkv[0].shape[0] + qkv[1].shape[0]
         self.scaling = float(attention.scaling)
 
-    def agrees_with_plain(self, rows: int) -> bool:
+    def agrees_with_plain(self, rows: int, copies: int = 1) -> bool:
         """Whether each prepacked product of `rows` rows has the bits of the model's own
-        `F.linear`s (q, k and v apart, gate and up apart), tried on random rows. A kernel's
-        order of summation depends on the shapes, never on the values, so one try answers for
-        every input of that many rows."""
+        `F.linear`s (q, k and v apart, gate and up apart) over `copies` copies of those rows,
+        tried on random rows. A kernel's order of summation depends on the shapes, never on the
+        values, so one try answers for every input of that many rows."""
         generator = torch.Generator().manual_seed(rows)
         products = (self.qkv, self.o, self.gate_up, self.down)
         for packed, plain in zip(products, self.plain, strict=True):
             width = plain[0].shape[1]
             x = torch.randn(rows, width, generator=generator).to(plain[0].dtype)
-            if not torch.equal(packed(x), torch.cat([F.linear(x, w) for w in plain], dim=-1)):
+            copied = torch.cat([x] * copies)
+            expected = torch.cat([F.linear(copied, w) for w in plain], dim=-1)[:rows]
+            if not torch.equal(packed(x), expected):
                 return False
         return True
 
@@ -132,7 +134,7 @@ class DecodeStep:
         self._embed = decoder.embed_tokens.weight
         self._norm = decoder.norm.weight
         self._lm_head = packed_linear(model.lm_head.weight)
-        self._agrees: dict[int, bool] = {}
+        self._agrees: dict[tuple[int, int], bool] = {}  # (rows, copies) -> exact
         self._rotary_emb = decoder.rotary_emb
         self._cos = self._sin = torch.zeros(0, self.head_dim)  # [positions, head_dim]
         self._rope_table(config.max_position_embeddings)
@@ -142,10 +144,20 @@ class DecodeStep:
         products of 2 × `prompt_tokens` rows round as the plain ones do (checked once per row
         count; on the AMX machine up to about 64 tokens). The rest of the pass is the forward's
         own arithmetic, and the next-token product has 2 rows, where the kernels agree."""
-        rows = 2 * prompt_tokens
-        if rows not in self._agrees:
-            self._agrees[rows] = self._layers[0].agrees_with_plain(rows)
-        return self._agrees[rows]
+        return self._agrees_with_twins(2 * prompt_tokens, copies=1)
+
+    def lone_exact_for(self, prompt_tokens: int) -> bool:
+        """Whether `prefill` of a lone prompt, once, is the model forward's over its twin rows
+        bit for bit: the prepacked products of `prompt_tokens` rows round as the plain ones of
+        twice as many rows (checked once per length). Everything else in a pass is the same
+        arithmetic per row, and the next-token product runs on two copies of the last row.
+        Half the work of the twin pass."""
+        return self._agrees_with_twins(prompt_tokens, copies=2)
+
+    def _agrees_with_twins(self, rows: int, copies: int) -> bool:
+        if (rows, copies) not in self._agrees:
+            self._agrees[rows, copies] = self._layers[0].agrees_with_plain(rows, copies)
+        return self._agrees[rows, copies]
 
     def _rope_table(self, positions: int) -> None:
         """RoPE's cos and sin at every position below `positions` (at least), from the model's
@@ -175,7 +187,13 @@ class DecodeStep:
     ) -> torch.Tensor:
         rows, width = ids.shape[0], valid.shape[1]
         heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
-        row_index = torch.arange(rows)
+        bias = padding_bias(valid, self._embed.dtype)
+        # Where each row's new key and value go in a layer's buffer, viewed as [cells, dim]:
+        # one index_copy_ each, cheaper than indexing rows and columns at once.
+        capacity = keys.shape[3]
+        heads_index = torch.arange(kv_heads)[None, :]
+        rows_index = torch.arange(rows)[:, None]
+        cells = ((rows_index * kv_heads + heads_index) * capacity + positions[:, None]).reshape(-1)
         cos, sin = self.rotary(positions)
         hidden = F.embedding(ids, self._embed)
         for index, layer in enumerate(self._layers):
@@ -187,13 +205,13 @@ class DecodeStep:
             query, key = qk[:, :heads], qk[:, heads:]
             value = qkv[:, layer.qk_width :].view(rows, kv_heads, dim)
             layer_keys, layer_values = keys[index], values[index]
-            layer_keys[row_index, :, positions] = key  # each row's next column
-            layer_values[row_index, :, positions] = value
+            layer_keys.view(-1, dim).index_copy_(0, cells, key.reshape(-1, dim))
+            layer_values.view(-1, dim).index_copy_(0, cells, value.reshape(-1, dim))
             attended = decode_attention(
                 query.reshape(rows, kv_heads, heads // kv_heads, dim),
                 layer_keys[:rows, :, :width],
                 layer_values[:rows, :, :width],
-                valid,
+                bias,
                 layer.scaling,
             )
             hidden = hidden + layer.o(attended.reshape(rows, heads * dim))
@@ -204,15 +222,14 @@ class DecodeStep:
 
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[Layers]]:
-        """A shared prefill of two or more prompts (right-padded to the longest, prefill.py says
-        why that is safe): each one's next-token logits [rows, vocab] and its own keys and
-        values per layer ([1, kv heads, length, head_dim]). The model forward's arithmetic over
-        the prepacked weights, as `__call__` is for a decode step. A lone prompt runs as twin
-        rows, here where `exact_for` its length, else through the model's forward
-        (scheduler.py): prepacked and plain products of more than 32 rows round differently at
-        some row counts, and generate()'s twin reference must be met bit for bit."""
-        if len(prompts) < 2:
-            raise ValueError("a shared prefill needs two prompts or more")
+        """One pass over these prompts (right-padded to the longest, prefill.py says why that
+        is safe): each one's next-token logits [rows, vocab] and its own keys and values per
+        layer ([1, kv heads, length, head_dim]). The model forward's arithmetic over the
+        prepacked weights, as `__call__` is for a decode step. generate()'s reference runs a
+        lone prompt as twin rows and must be met bit for bit, while prepacked and plain
+        products of more than 32 rows round differently at some row counts: so a lone prompt
+        comes here once where `lone_exact_for` its length, as twins where `exact_for`, and
+        else goes through the model's forward (scheduler.py)."""
         ids, ends = right_padded(prompts)
         rows, length = ids.shape
         heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
@@ -236,4 +253,6 @@ class DecodeStep:
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
             hidden = hidden + layer.down(F.silu(gate) * up)
         last = _rms_norm(hidden[torch.arange(rows), ends], self._norm, eps)
+        if rows == 1:  # never one row through a product (kv_batch.py): its twin rides along
+            return self._lm_head(last.expand(2, -1))[:1], own_layers(cached, prompts)
         return self._lm_head(last), own_layers(cached, prompts)

@@ -73,8 +73,7 @@ def prefilled_layers(cache: DynamicCache) -> Layers:
 class BatchedKVCache:
     """The decode batch's cache and its rows' lengths."""
 
-    def __init__(self, max_rows: int = 1, query_groups: int = 1) -> None:
-        self._max_rows = max_rows
+    def __init__(self, query_groups: int = 1) -> None:
         self._groups = query_groups  # query heads per kv head: the attention's shape
         self.cache: DynamicCache | None = None
         self._layers: list[_SlotLayer] = []
@@ -108,7 +107,7 @@ class BatchedKVCache:
 
     def _allocate(self, like: Layers, columns: int) -> None:
         keys = like[0][0]
-        rows = max(self._max_rows, 2)
+        rows = 2  # doubled as rows join (`_fit`)
         self._layers = [_SlotLayer(self, index) for index in range(len(like))]
         # Zeros, not empty: masked columns are multiplied by 0, and 0 × NaN is NaN.
         shape = (len(like), rows, keys.shape[1], columns, keys.shape[3])

@@ -33,8 +33,8 @@ from . import prompt_logprobs
 from .kv_batch import Layers, prefilled_layers
 from .params import SamplingParams
 
-# Rows × longest prompt of one shared pass. The float64 attention's scores grow with the square
-# of the prompt (rows × heads × length²), so a long prompt goes alone.
+# Rows × longest prompt of one shared pass: a pass's activations grow with it, and a long
+# prompt is better prefilled alone than holding up the short ones it came with.
 BATCH_TOKENS = 1024
 
 

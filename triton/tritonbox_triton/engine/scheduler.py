@@ -343,8 +343,11 @@ class InflightBatcher:
         runs += [[r] for r in admitted if id(r) not in shared_ids]
         for run in runs:
             try:
-                if len(run) > 1 or (id(run[0]) in shared_ids and self._twin_exact(run[0])):
+                lone = run[0] if len(run) == 1 and id(run[0]) in shared_ids else None
+                if len(run) > 1 or (lone is not None and self._lone_exact(lone)):
                     self._prefill_shared(run)
+                elif lone is not None and self._twin_exact(lone):
+                    self._prefill_shared(run, copies=2)
                 else:
                     self._prefill(run[0])
             except Exception as error:
@@ -353,12 +356,12 @@ class InflightBatcher:
                     request.sink.on_error(f"prefill failed: {error}")
                     self._observer.on_finished("error")
 
-    def _prefill_shared(self, requests: list[EngineRequest]) -> None:
+    def _prefill_shared(self, requests: list[EngineRequest], copies: int = 1) -> None:
         """One pass for these prompts that need nothing but their next token (prefill.py), over
-        the prepacked weights where the model has them (decode_step.py). A lone one runs as
-        twin rows, as generate()'s reference does: `_prefill`'s bits where `_twin_exact`, in
-        two thirds of its time."""
-        prompts = [r.prompt for r in requests] * (2 if len(requests) == 1 else 1)
+        the prepacked weights where the model has them (decode_step.py). A lone one comes here
+        only where that gives `_prefill`'s bits (generate()'s twin reference): once, or as
+        twin rows (`copies`), in a half or two thirds of `_prefill`'s time."""
+        prompts = [r.prompt for r in requests] * copies
         if self._lora_rows is not None:
             self._lora_rows.use([None] * len(prompts))
         if self._fast_step is not None:
@@ -370,6 +373,11 @@ class InflightBatcher:
         rows = len(requests)  # a twin's copy is left out
         for request, row, own in zip(requests, logits[:rows].float(), layers[:rows], strict=True):
             self._start(request, row, own)
+
+    def _lone_exact(self, request: EngineRequest) -> bool:
+        """Whether a lone prompt's single pass over the prepacked weights gives `_prefill`'s
+        bits."""
+        return self._fast_step is not None and self._fast_step.lone_exact_for(len(request.prompt))
 
     def _twin_exact(self, request: EngineRequest) -> bool:
         """Whether a lone prompt's twin pass over the prepacked weights gives `_prefill`'s bits."""
@@ -484,7 +492,7 @@ class InflightBatcher:
         dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         # Decided here, at start, rather than inside the first request's prefill (~0.3 s).
         padding_block(self._model.dtype, kv_heads, heads // kv_heads, dim)
-        return BatchedKVCache(self._max_batch_size, query_groups=heads // kv_heads)
+        return BatchedKVCache(query_groups=heads // kv_heads)
 
     def _fail_running(self, message: str) -> None:
         for run in self._running:
