@@ -130,8 +130,11 @@ class BatchedKVCache:
         used_rows, used_columns = self.shown_rows, min(self.columns, columns)
         for name in ("key_buffers", "value_buffers"):
             old: torch.Tensor = getattr(self, name)
-            new = old.new_zeros(old.shape[0], have_rows, old.shape[2], columns, old.shape[4])
+            # The copied part is not zeroed first; the rest is (masked, but kept finite).
+            new = old.new_empty(old.shape[0], have_rows, old.shape[2], columns, old.shape[4])
             new[:, :used_rows, :, :used_columns] = old[:, :used_rows, :, :used_columns]
+            new[:, :used_rows, :, used_columns:] = 0
+            new[:, used_rows:] = 0
             setattr(self, name, new)
 
     def _show(self) -> None:
