@@ -114,17 +114,27 @@ def test_a_lone_chat_prompt_answers_as_generate(model: Any, tokenizer: Any, make
     assert sink.tokens == greedy_ids(model, prompt, 24, EOS)
 
 
-def test_a_twin_prefill_is_the_forwards_where_exact_for_says_so(
-    model: Any, step: DecodeStep
-) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_twin_prefill_is_the_forwards_where_exact_for_says_so(model: Any, threads: int) -> None:
     """Where the prepacked products round as the plain ones of the reference's twin rows, the
     prepacked prefill gives generate()'s prefill bit for bit, next-token logits and every
     layer's keys and values: run as twins where `exact_for` says so, once where
     `lone_exact_for` does. Where they do not, the engine takes the forward, so neither check
-    may say yes where the bits differ: every answer is tried on each length."""
+    may say yes where the bits differ: every answer is tried on each length, at one and at two
+    threads (the kernels split their sums by threads; one try on random rows once said yes at
+    150 tokens on one thread, and at 35, 97 or 107 tokens, where the bits differ)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _check_prefills_against_the_forward(model, DecodeStep(model))
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_prefills_against_the_forward(model: Any, step: DecodeStep) -> None:
     generator = torch.Generator().manual_seed(5)
     answers = {}
-    for length in (1, 3, 16, 17, 34, 39, 64, 100, 150):
+    for length in (1, 3, 16, 17, 34, 35, 39, 64, 97, 107, 150):
         prompt = torch.randint(0, 49_000, (length,), generator=generator).tolist()
         cache = DynamicCache(config=model.config)
         with torch.inference_mode():

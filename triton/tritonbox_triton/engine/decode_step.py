@@ -20,7 +20,6 @@ Batches with LoRA adapters take the model's forward (lora_layers.py wraps its pr
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,9 +28,8 @@ from transformers.models.llama.modeling_llama import rotate_half
 
 from .attention import decode_attention, padding_bias, prefill_attention
 from .kv_batch import Layers
+from .packed_layer import PackedLayer, packed_linear
 from .prefill import own_layers, right_padded
-
-Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
 def unsupported(model: Any) -> str | None:
@@ -51,67 +49,11 @@ def unsupported(model: Any) -> str | None:
     return None
 
 
-def _base_weight(module: Any) -> torch.Tensor:
-    """A projection's base weight (a LoRA wrapper keeps it as `.base`: lora_layers.py)."""
-    weight: torch.Tensor = getattr(module, "base", module).weight
-    return weight
-
-
-def packed_linear(weight: torch.Tensor) -> Linear:
-    """`x ↦ F.linear(x, weight)` with the weight reordered once (bfloat16), else `F.linear`."""
-    if weight.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
-        return lambda x: F.linear(x, weight)
-    packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-    pointwise = torch.ops.mkldnn._linear_pointwise
-
-    def linear(x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = pointwise(x, packed, None, "none", [], "")
-        return out
-
-    return linear
-
-
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' LlamaRMSNorm, operation for operation."""
     x32 = x.to(torch.float32)
     variance = x32.pow(2).mean(-1, keepdim=True)
     return weight * (x32 * torch.rsqrt(variance + eps)).to(x.dtype)
-
-
-class _Layer:
-    """One decoder layer's weights. q, k and v are one product, and so are gate and up: each
-    output column is the same dot product however many columns share the call (checked bit for
-    bit), and a step makes three fewer calls per layer."""
-
-    def __init__(self, layer: Any) -> None:
-        attention, mlp = layer.self_attn, layer.mlp
-        self.input_norm: torch.Tensor = layer.input_layernorm.weight
-        self.post_norm: torch.Tensor = layer.post_attention_layernorm.weight
-        qkv = [_base_weight(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")]
-        gate_up = [_base_weight(mlp.gate_proj), _base_weight(mlp.up_proj)]
-        self.plain = [qkv, [_base_weight(attention.o_proj)], gate_up, [_base_weight(mlp.down_proj)]]
-        self.qkv, self.o, self.gate_up, self.down = (  # one weight is packed as it is, not copied
-            packed_linear(torch.cat(weights) if len(weights) > 1 else weights[0])
-            for weights in self.plain
-        )
-        self.qk_width = qkv[0].shape[0] + qkv[1].shape[0]
-        self.scaling = float(attention.scaling)
-
-    def agrees_with_plain(self, rows: int, copies: int = 1) -> bool:
-        """Whether each prepacked product of `rows` rows has the bits of the model's own
-        `F.linear`s (q, k and v apart, gate and up apart) over `copies` copies of those rows,
-        tried on random rows. A kernel's order of summation depends on the shapes, never on the
-        values, so one try answers for every input of that many rows."""
-        generator = torch.Generator().manual_seed(rows)
-        products = (self.qkv, self.o, self.gate_up, self.down)
-        for packed, plain in zip(products, self.plain, strict=True):
-            width = plain[0].shape[1]
-            x = torch.randn(rows, width, generator=generator).to(plain[0].dtype)
-            copied = torch.cat([x] * copies)
-            expected = torch.cat([F.linear(copied, w) for w in plain], dim=-1)[:rows]
-            if not torch.equal(packed(x), expected):
-                return False
-        return True
 
 
 class DecodeStep:
@@ -130,11 +72,11 @@ class DecodeStep:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.eps = float(config.rms_norm_eps)
         decoder = model.model
-        self._layers = [_Layer(layer) for layer in decoder.layers]
+        self._layers = [PackedLayer(layer) for layer in decoder.layers]
         self._embed = decoder.embed_tokens.weight
         self._norm = decoder.norm.weight
         self._lm_head = packed_linear(model.lm_head.weight)
-        self._agrees: dict[tuple[int, int], bool] = {}  # (rows, copies) -> exact
+        self._agrees: dict[tuple[int, int, int], bool] = {}  # (rows, copies, threads) -> exact
         self._rotary_emb = decoder.rotary_emb
         self._cos = self._sin = torch.zeros(0, self.head_dim)  # [positions, head_dim]
         self._rope_table(config.max_position_embeddings)
@@ -155,9 +97,10 @@ class DecodeStep:
         return self._agrees_with_twins(prompt_tokens, copies=2)
 
     def _agrees_with_twins(self, rows: int, copies: int) -> bool:
-        if (rows, copies) not in self._agrees:
-            self._agrees[rows, copies] = self._layers[0].agrees_with_plain(rows, copies)
-        return self._agrees[rows, copies]
+        key = (rows, copies, torch.get_num_threads())  # the kernels split their sums by threads
+        if key not in self._agrees:
+            self._agrees[key] = self._layers[0].agrees_with_plain(rows, copies)
+        return self._agrees[key]
 
     def _rope_table(self, positions: int) -> None:
         """RoPE's cos and sin at every position below `positions` (at least), from the model's
@@ -246,8 +189,13 @@ class DecodeStep:
             key = qk[:, :, heads:].transpose(1, 2)
             value = qkv[..., layer.qk_width :].view(rows, length, kv_heads, dim).transpose(1, 2)
             cached.append((key, value))
-            attended = prefill_attention(query, key, value, layer.scaling).transpose(1, 2)
-            attended = attended.reshape(rows, length, heads * dim)
+            # A lone prompt's attention runs on twins, as the reference's: the fused kernel
+            # picks its path by batch size and threads (packed products from 64 tokens on).
+            q, k, v = (query, key, value)
+            if rows == 1:
+                q, k, v = (t.expand(2, -1, -1, -1) for t in (query, key, value))
+            attended = prefill_attention(q, k, v, layer.scaling)[:rows]
+            attended = attended.transpose(1, 2).reshape(rows, length, heads * dim)
             hidden = hidden + layer.o(attended)
             x = _rms_norm(hidden, layer.post_norm, eps)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)

@@ -1,0 +1,75 @@
+"""One decoder layer's projections, prepacked once for oneDNN (decode_step.py says why), and
+the check that a prepacked product rounds as the model's own `F.linear`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+TRIES = 6  # inputs `PackedLayer.agrees_with_plain` tries per row count
+
+
+def _base_weight(module: Any) -> torch.Tensor:
+    """A projection's base weight (a LoRA wrapper keeps it as `.base`: lora_layers.py)."""
+    weight: torch.Tensor = getattr(module, "base", module).weight
+    return weight
+
+
+def packed_linear(weight: torch.Tensor) -> Linear:
+    """`x ↦ F.linear(x, weight)` with the weight reordered once (bfloat16), else `F.linear`."""
+    if weight.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+        return lambda x: F.linear(x, weight)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+    pointwise = torch.ops.mkldnn._linear_pointwise
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = pointwise(x, packed, None, "none", [], "")
+        return out
+
+    return linear
+
+
+class PackedLayer:
+    """One decoder layer's weights. q, k and v are one product, and so are gate and up: each
+    output column is the same dot product however many columns share the call (checked bit for
+    bit), and a step makes three fewer calls per layer."""
+
+    def __init__(self, layer: Any) -> None:
+        attention, mlp = layer.self_attn, layer.mlp
+        self.input_norm: torch.Tensor = layer.input_layernorm.weight
+        self.post_norm: torch.Tensor = layer.post_attention_layernorm.weight
+        qkv = [_base_weight(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")]
+        gate_up = [_base_weight(mlp.gate_proj), _base_weight(mlp.up_proj)]
+        self.plain = [qkv, [_base_weight(attention.o_proj)], gate_up, [_base_weight(mlp.down_proj)]]
+        self.qkv, self.o, self.gate_up, self.down = (  # one weight is packed as it is, not copied
+            packed_linear(torch.cat(weights) if len(weights) > 1 else weights[0])
+            for weights in self.plain
+        )
+        self.qk_width = qkv[0].shape[0] + qkv[1].shape[0]
+        self.scaling = float(attention.scaling)
+
+    def agrees_with_plain(self, rows: int, copies: int = 1) -> bool:
+        """Whether each prepacked product of `rows` rows has the bits of the model's own
+        `F.linear`s (q, k and v apart, gate and up apart) over `copies` copies of those rows.
+        The order of a kernel's sums depends on the shapes (and threads), not on the values,
+        but two orders round alike on most inputs: one random try said yes where a real
+        prompt's bits differed. So it is tried on `TRIES` inputs, half with magnitudes spread
+        over 2^±8, where another order shows most; one difference answers no."""
+        for attempt in range(TRIES):
+            generator = torch.Generator().manual_seed(rows * TRIES + attempt)
+            products = (self.qkv, self.o, self.gate_up, self.down)
+            for packed, plain in zip(products, self.plain, strict=True):
+                x = torch.randn(rows, plain[0].shape[1], generator=generator)
+                if attempt % 2:
+                    x = x * torch.exp2(torch.randint(-8, 9, x.shape, generator=generator).float())
+                x = x.to(plain[0].dtype)
+                copied = torch.cat([x] * copies)
+                expected = torch.cat([F.linear(copied, w) for w in plain], dim=-1)[:rows]
+                if not torch.equal(packed(x), expected):
+                    return False
+        return True
