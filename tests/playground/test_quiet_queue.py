@@ -51,8 +51,10 @@ def test_an_idle_playground_spends_almost_no_cpu(tmp_path: Path) -> None:
         share = (cpu_seconds(pid) - before) / (time.monotonic() - start)
     finally:
         playground.stop()
-    # gradio's own queue used ~5% of a core here (a 1 ms poll); waiting for work, ~0.2%.
-    assert share < 0.01, f"idle playground used {share:.1%} of a core"
+    # gradio's own queue used ~5% of a core here (a 1 ms poll); waiting for work, ~0.2% on a
+    # quiet machine. What is left is uvicorn's 10 Hz tick and gradio's 10 Hz launch loop (py-spy),
+    # 1.1-1.7% of a core in a slow hour of a shared machine: the bound sits between the two.
+    assert share < 0.025, f"idle playground used {share:.1%} of a core"
 
 
 @pytest.fixture
