@@ -46,7 +46,7 @@ class _SlotLayer(DynamicLayer):
             raise ValueError("the batch cache takes one new token per row")
         batch = self._batch
         rows = key_states.shape[0]
-        positions = batch.lengths.expand(rows) if batch.rows == 1 else batch.lengths
+        positions = batch.shown_lengths
         keys = batch.key_buffers[self._index]
         values = batch.value_buffers[self._index]
         keys[torch.arange(rows), :, positions] = key_states[:, :, 0]
@@ -97,6 +97,11 @@ class BatchedKVCache:
         return 2 if self.rows == 1 else self.rows
 
     @property
+    def shown_lengths(self) -> torch.Tensor:
+        """Each shown row's length: where its next key goes."""
+        return self.lengths.expand(self.shown_rows) if self.rows == 1 else self.lengths
+
+    @property
     def width(self) -> int:
         """Columns the next decode step attends over (its new keys included)."""
         return self._width_for(self.columns + 1)
@@ -105,12 +110,11 @@ class BatchedKVCache:
         _, _, kv_heads, _, dim = self.key_buffers.shape
         return decode_width(columns, self.key_buffers.dtype, kv_heads, self._groups, dim)
 
-    def _allocate(self, like: Layers, columns: int) -> None:
+    def _allocate(self, like: Layers) -> None:
+        """Empty buffers shaped like `like`'s layers; `_fit` gives them rows and columns."""
         keys = like[0][0]
-        rows = 2  # doubled as rows join (`_fit`)
         self._layers = [_SlotLayer(self, index) for index in range(len(like))]
-        # Zeros, not empty: masked columns are multiplied by 0, and 0 × NaN is NaN.
-        shape = (len(like), rows, keys.shape[1], columns, keys.shape[3])
+        shape = (len(like), 2, keys.shape[1], 0, keys.shape[3])  # rows doubled as they join
         self.key_buffers = torch.zeros(shape, dtype=keys.dtype)
         self.value_buffers = torch.zeros(shape, dtype=keys.dtype)
         self.cache = DynamicCache()
@@ -153,7 +157,7 @@ class BatchedKVCache:
         last row."""
         length = int(prefilled[0][0].shape[2])
         if not self._layers:
-            self._allocate(prefilled, length + 1)
+            self._allocate(prefilled)
         row = self.rows
         self._fit(max(row + 1, 2), self._width_for(max(self.columns, length) + 1))
         for buffers, states in ((self.key_buffers, 0), (self.value_buffers, 1)):
@@ -192,7 +196,7 @@ class BatchedKVCache:
         [rows, width]: its keys and the new one) and its position ([rows, 1])."""
         width = self.width
         self._fit(self.shown_rows, width)
-        lengths = self.lengths.expand(self.shown_rows) if self.rows == 1 else self.lengths
+        lengths = self.shown_lengths
         valid = torch.arange(width)[None, :] <= lengths[:, None]
         return valid, lengths[:, None].clone()
 
