@@ -62,30 +62,43 @@ OPTIONAL_INPUTS = (
 )  # fmt: skip
 
 
-def _response(
+def _output_tensors(
+    wanted: frozenset[str],
     ids: list[int],
     logprobs: list[float],
     top: list[TopLogprobs] | None = None,
     count: int = 0,
     prompt: PromptScores | None = None,
-) -> Any:
+) -> list[Any]:
+    """One response's output tensors, only those the request asked for (`wanted`; empty: all).
+    Triton's stub drops the others inside `send`, after it let go of the GIL: this build's
+    tensor destructor then frees their numpy arrays without it (python_backend #390, fixed after
+    the 24.10 stub PyTriton 0.7.0 ships), which corrupted the stub's memory under load."""
     tokens = np.asarray(ids, dtype=np.int32).reshape(1, 1, -1)
-    outputs = [
-        pb_utils.Tensor("output_ids", tokens),
-        pb_utils.Tensor("sequence_length", np.array([[tokens.shape[-1]]], dtype=np.int32)),
-        pb_utils.Tensor("cum_log_probs", np.array([[float(np.sum(logprobs))]], dtype=np.float32)),
-        pb_utils.Tensor(
-            "output_log_probs", np.asarray(logprobs, dtype=np.float32).reshape(1, 1, -1)
-        ),
-    ]
+    arrays = {
+        "output_ids": lambda: tokens,
+        "sequence_length": lambda: np.array([[tokens.shape[-1]]], dtype=np.int32),
+        "cum_log_probs": lambda: np.array([[float(np.sum(logprobs))]], dtype=np.float32),
+        "output_log_probs": lambda: np.asarray(logprobs, dtype=np.float32).reshape(1, 1, -1),
+    }
     if top is not None:  # asked for (num_top_logprobs = count > 0): [batch, beam, tokens, N]
-        top_ids = np.asarray([ids for ids, _ in top], dtype=np.int32).reshape(1, 1, -1, count)
-        values = np.asarray([lps for _, lps in top], dtype=np.float32).reshape(1, 1, -1, count)
-        outputs.append(pb_utils.Tensor("top_token_ids", top_ids))
-        outputs.append(pb_utils.Tensor("top_log_probs", values))
+        shape = (1, 1, -1, count)
+        arrays["top_token_ids"] = lambda: np.asarray([i for i, _ in top], np.int32).reshape(shape)
+        arrays["top_log_probs"] = lambda: np.asarray([p for _, p in top], np.float32).reshape(shape)
     if prompt is not None:  # the prompt's scores (engine/prompt_logprobs.py), first response only
-        outputs += [pb_utils.Tensor(name, array) for name, array in prompt.tensors.items()]
-    return pb_utils.InferenceResponse(output_tensors=outputs)
+        arrays |= {name: (lambda array=array: array) for name, array in prompt.tensors.items()}
+    return [
+        pb_utils.Tensor(name, array())
+        for name, array in arrays.items()
+        if not wanted or name in wanted
+    ]
+
+
+def _send(sender: Any, tensors: list[Any], flags: int) -> None:
+    """Send a response of `tensors`, which this frame keeps alive until `send` has returned: a
+    tensor the stub drops inside it (one the client did not ask for) then only loses a
+    reference there, and is freed here, under the GIL (`_output_tensors` says why)."""
+    sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
 
 
 def _word_list(tensors: dict[str, np.ndarray], name: str) -> list[list[int]]:
@@ -115,9 +128,15 @@ class TritonSink:
     """Sends one request's tokens back through Triton, streamed or as one final response."""
 
     def __init__(
-        self, sender: Any, params: SamplingParams, prompt: list[int], later: ThreadPoolExecutor
+        self,
+        sender: Any,
+        params: SamplingParams,
+        prompt: list[int],
+        later: ThreadPoolExecutor,
+        wanted: frozenset[str] = frozenset(),
     ) -> None:
         self._sender = sender
+        self._wanted = wanted  # the outputs the request asked for (`_output_tensors`)
         self._later = later  # the one sending thread (TritonPythonModel.initialize says why)
         self._params = params
         self._ids: list[int] = [] if params.exclude_input_in_output else list(prompt)
@@ -127,15 +146,26 @@ class TritonSink:
         self._cancelled = False
         self._asking = False  # a question to tritonserver is queued on the sending thread
 
-    def _send(self, response: Callable[[], Any], final: bool) -> None:
-        """Queue `response()` (built on the sending thread too) for the client."""
+    def _send(self, outputs: Callable[[], list[Any]], final: bool) -> None:
+        """Queue a response of `outputs()` (built on the sending thread too) for the client."""
         sender = self._sender
 
         def send() -> None:
             try:
-                sender.send(response(), flags=FINAL if final else 0)
+                _send(sender, outputs(), FINAL if final else 0)
             except Exception as error:  # the client may be gone; the engine must carry on
                 pb_utils.Logger.log_warn(f"could not send a response: {error}")
+
+        self._later.submit(send)
+
+    def _send_error(self, error: Any) -> None:
+        sender = self._sender
+
+        def send() -> None:
+            try:
+                sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+            except Exception as failure:  # the client may be gone; the engine must carry on
+                pb_utils.Logger.log_warn(f"could not send a response: {failure}")
 
         self._later.submit(send)
 
@@ -166,8 +196,9 @@ class TritonSink:
         if self._params.streaming:
             new_top = None if self._top is None else list(top)
             count, prompt, self._prompt = self._params.num_top_logprobs, self._prompt, None
+            wanted = self._wanted
             self._send(
-                lambda: _response(tokens, logprobs, new_top, count, prompt),
+                lambda: _output_tensors(wanted, tokens, logprobs, new_top, count, prompt),
                 final=finish is not None,
             )
             return
@@ -178,19 +209,20 @@ class TritonSink:
         if finish is not None:
             top_count = self._params.num_top_logprobs
             ids, logprobs_all, top_all, prompt = self._ids, self._logprobs, self._top, self._prompt
-            self._send(lambda: _response(ids, logprobs_all, top_all, top_count, prompt), final=True)
+            wanted = self._wanted
+            self._send(
+                lambda: _output_tensors(wanted, ids, logprobs_all, top_all, top_count, prompt),
+                final=True,
+            )
 
     def on_prompt(self, scores: PromptScores) -> None:
         self._prompt = scores
 
     def on_error(self, message: str) -> None:
-        self._send(
-            lambda: pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), final=True
-        )
+        self._send_error(pb_utils.TritonError(message))
 
     def on_cancelled(self) -> None:
-        error = pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED)
-        self._send(lambda: pb_utils.InferenceResponse(error=error), final=True)
+        self._send_error(pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED))
 
 
 # The request counts are set as soon as they change (they tell that a stopped request has left);
@@ -322,6 +354,7 @@ class TritonPythonModel:
         return rows
 
     def _submit(self, request: Any, sender: Any) -> None:
+        wanted = frozenset(request.requested_output_names())
         tensors: dict[str, np.ndarray] = {}
         for name in ("input_ids", *OPTIONAL_INPUTS, *LORA_INPUTS):
             tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -330,7 +363,7 @@ class TritonPythonModel:
         if "stop" in tensors and bool(tensors["stop"].reshape(-1)[0]):
             # TensorRT-LLM's `stop`: end the running request that has this request's id.
             self._engine.stop_request(request.request_id())
-            sender.send(_response([], []), flags=FINAL)
+            _send(sender, _output_tensors(wanted, [], []), FINAL)
             return
         try:
             prompt = prompt_ids(tensors, self._limits)
@@ -361,7 +394,7 @@ class TritonPythonModel:
             EngineRequest(
                 prompt=prompt,
                 params=params,
-                sink=TritonSink(sender, params, prompt, self._responses),
+                sink=TritonSink(sender, params, prompt, self._responses, wanted),
                 stop_words=stop_words,
                 bad_words=bad_words,
                 request_id=request.request_id(),
