@@ -30,6 +30,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from . import prefill, prompt_logprobs
+from .admission import BurstWindow
 from .attention import padding_block
 from .decode_step import DecodeStep, unsupported
 from .kv_batch import BatchedKVCache, Layers, prefilled_layers
@@ -162,12 +163,18 @@ class InflightBatcher:
         self._iteration = 0
         self._clients_asked = 0.0
         self._step = {"context": 0, "context_tokens": 0, "generation": 0}
+        self._bursts = BurstWindow()
+        self._queue_started = 0.0  # when the oldest waiting request arrived
 
     def submit(self, request: EngineRequest) -> bool:
         """Queue `request`; False (and the request failed) when MAX_QUEUE_SIZE are waiting."""
         with self._wakeup:
             full = 0 < self._max_queue_size <= len(self._waiting)
             if not full:
+                now = time.monotonic()
+                self._bursts.arrived(now)
+                if not self._waiting:
+                    self._queue_started = now
                 self._waiting.append(request)
                 self._wakeup.notify()
         if full:
@@ -264,11 +271,29 @@ class InflightBatcher:
         self._drop_cancelled(ask_clients)
         if ask_clients:
             self._drop_cancelled_waiting()
+        self._await_burst()
         self._admit()
         if self._running:
             self._decode_step()
         self._report()
         return bool(self._running or self._waiting)
+
+    def _await_burst(self) -> None:
+        """Idle with requests waiting: give the rest of a burst its moment to arrive, while
+        requests come in bursts (admission.py)."""
+        with self._wakeup:
+            if self._running or not self._waiting:
+                return
+            until = self._bursts.wait_until(self._queue_started, time.monotonic())
+            if until is None:
+                return
+            while not self._stopping and len(self._waiting) < self._max_batch_size:
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                self._wakeup.wait(left)
+            if len(self._waiting) == 1:
+                self._bursts.alone()
 
     def _report(self) -> None:
         self._iteration += 1
