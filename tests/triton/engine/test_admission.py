@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from tritonbox_testing.engine_observer import IterationRecorder
 
 from tritonbox_triton.engine.admission import BurstWindow
@@ -23,12 +24,26 @@ def test_requests_one_at_a_time_never_wait() -> None:
 
 
 def test_after_a_burst_an_idle_engine_waits_until_the_window_closes() -> None:
-    window = BurstWindow(window_s=0.02, memory_s=30.0)
+    window = BurstWindow(window_s=0.02, memory_s=30.0, quiet_s=1.0)
     window.arrived(10.0)
     window.arrived(10.005)  # a burst
     window.arrived(20.0)
     assert window.wait_until(20.0, 20.001) == 20.02
     assert window.wait_until(45.0, 45.0) is None  # the burst is too long ago
+
+
+def test_a_quiet_gap_ends_the_wait_before_the_window_closes() -> None:
+    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008)
+    window.arrived(10.0)
+    window.arrived(10.002)  # a burst
+    window.arrived(20.0)
+    window.arrived(20.003)
+    assert window.wait_until(20.0, 20.004) == pytest.approx(20.011)  # the last one's quiet gap
+    window.arrived(20.01)
+    window.arrived(20.017)
+    window.arrived(20.024)
+    window.arrived(20.035)
+    assert window.wait_until(20.0, 20.036) == 20.04  # still arriving: the window's end
 
 
 def test_a_request_that_found_no_company_ends_the_waiting() -> None:

@@ -2,13 +2,16 @@
 prefill pass.
 
 Requests reach the engine one at a time, even when clients send them together: each passes the
-api and the preprocessing model first, and a burst of 16 arrives over 10–35 ms, the first one
-~7 ms ahead of the rest. An idle engine that prefills whatever has arrived prefills the first
-request alone and the rest together: two passes of the weights instead of one, and the rest wait
-for both. So while requests have lately come in bursts (two within `WINDOW_S` of each other in
-the last `MEMORY_S`), an idle engine gives the requests that arrive within `WINDOW_S` of the
-first one's arrival the chance to join its prefill. A request that waited and found no company
-ends that: requests that come one at a time do not wait (after the first of them, once), so a
+api and the preprocessing model first, and a burst of 16 sent straight to Triton arrives over
+10–35 ms, the first one ~7 ms ahead of the rest (through the api, which admits them in turn on
+its event loop, more spread out). An idle engine that prefills whatever has arrived prefills the
+first request alone and the rest together: two passes of the weights instead of one, and the
+rest wait for both. So while requests have lately come in bursts (two within `WINDOW_S` of each
+other in the last `MEMORY_S`), an idle engine lets the rest of a burst join the first one's
+prefill: it waits until no request has arrived for `QUIET_S`, or until `WINDOW_S` after the
+first one arrived, whichever comes first, so a wave that has all arrived starts a few
+milliseconds after its last request. A request that waited and found no company ends the
+waiting: requests that come one at a time do not wait (after the first of them, once), so a
 single stream's time to first token is unchanged.
 
 Triton's own dynamic batcher has the same knob (`max_queue_delay_microseconds`), fixed.
@@ -18,15 +21,19 @@ from __future__ import annotations
 
 import math
 
-WINDOW_S = 0.02
+WINDOW_S = 0.04
+QUIET_S = 0.008
 MEMORY_S = 30.0
 
 
 class BurstWindow:
     """Tells an idle engine until when to wait for the rest of a burst."""
 
-    def __init__(self, window_s: float = WINDOW_S, memory_s: float = MEMORY_S) -> None:
+    def __init__(
+        self, window_s: float = WINDOW_S, memory_s: float = MEMORY_S, quiet_s: float = QUIET_S
+    ) -> None:
         self._window_s = window_s
+        self._quiet_s = quiet_s
         self._memory_s = memory_s
         self._last_arrival = -math.inf
         self._burst_seen = -math.inf
@@ -42,7 +49,7 @@ class BurstWindow:
         prefill: None for at once (no burst lately), else a time.monotonic() deadline."""
         if now - self._burst_seen > self._memory_s:
             return None
-        return first_arrival + self._window_s
+        return min(first_arrival + self._window_s, self._last_arrival + self._quiet_s)
 
     def alone(self) -> None:
         """A request waited for the rest of a burst and none came: requests come one at a time

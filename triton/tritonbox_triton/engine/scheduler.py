@@ -284,11 +284,10 @@ class InflightBatcher:
         with self._wakeup:
             if self._running or not self._waiting:
                 return
-            until = self._bursts.wait_until(self._queue_started, time.monotonic())
-            if until is None:
-                return
             while not self._stopping and len(self._waiting) < self._max_batch_size:
-                left = until - time.monotonic()
+                # Each arrival moves the deadline (a quiet gap ends the burst), so it is asked anew.
+                until = self._bursts.wait_until(self._queue_started, time.monotonic())
+                left = -1.0 if until is None else until - time.monotonic()
                 if left <= 0:
                     break
                 self._wakeup.wait(left)
