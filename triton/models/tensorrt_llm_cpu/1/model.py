@@ -146,28 +146,25 @@ class TritonSink:
         self._cancelled = False
         self._asking = False  # a question to tritonserver is queued on the sending thread
 
-    def _send(self, outputs: Callable[[], list[Any]], final: bool) -> None:
-        """Queue a response of `outputs()` (built on the sending thread too) for the client."""
-        sender = self._sender
+    def _queue(self, send: Callable[[], None]) -> None:
+        """Run `send` (a response built and sent) on the sending thread."""
 
-        def send() -> None:
+        def run() -> None:
             try:
-                _send(sender, outputs(), FINAL if final else 0)
+                send()
             except Exception as error:  # the client may be gone; the engine must carry on
                 pb_utils.Logger.log_warn(f"could not send a response: {error}")
 
-        self._later.submit(send)
+        self._later.submit(run)
+
+    def _send(self, outputs: Callable[[], list[Any]], final: bool) -> None:
+        """Queue a response of `outputs()` (built on the sending thread too) for the client."""
+        sender, flags = self._sender, FINAL if final else 0
+        self._queue(lambda: _send(sender, outputs(), flags))
 
     def _send_error(self, error: Any) -> None:
         sender = self._sender
-
-        def send() -> None:
-            try:
-                sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
-            except Exception as failure:  # the client may be gone; the engine must carry on
-                pb_utils.Logger.log_warn(f"could not send a response: {failure}")
-
-        self._later.submit(send)
+        self._queue(lambda: sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL))
 
     def is_cancelled(self) -> bool:
         """Whether the client has left, as last asked. Asking is a round trip to tritonserver, so
