@@ -4,10 +4,14 @@ ran (the thread's name and its torch thread count)."""
 from __future__ import annotations
 
 import threading
+from typing import Any, NamedTuple
 
 import torch
 
+from tritonbox_triton.engine.params import EngineLimits
+from tritonbox_triton.engine.scheduler import InflightBatcher
 from tritonbox_triton.engine.stats import IterationStats
+from tritonbox_triton.engine.words import text_decoder
 
 
 class IterationRecorder:
@@ -24,3 +28,19 @@ class IterationRecorder:
 
     def on_finished(self, outcome: str) -> None:
         pass
+
+
+class RecordedEngine(NamedTuple):
+    engine: InflightBatcher
+    steps: IterationRecorder
+
+
+def recorded_engine(model: Any, tokenizer: Any, *, max_batch_size: int) -> RecordedEngine:
+    """An engine over `model` (256 prompt tokens, 64 new ones, 10,000 cached) whose iterations
+    are recorded; not started."""
+    steps = IterationRecorder()
+    engine = InflightBatcher(
+        model, text_decoder(tokenizer), EngineLimits(256, 64, 10_000),
+        max_batch_size=max_batch_size, observer=steps,
+    )  # fmt: skip
+    return RecordedEngine(engine, steps)

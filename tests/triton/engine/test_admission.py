@@ -6,12 +6,11 @@ import time
 from typing import Any
 
 import pytest
-from tritonbox_testing.engine_observer import IterationRecorder
+from tritonbox_testing.engine_observer import recorded_engine
 
 from tritonbox_triton.engine.admission import BurstWindow
-from tritonbox_triton.engine.params import EngineLimits, SamplingParams
-from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
-from tritonbox_triton.engine.words import text_decoder
+from tritonbox_triton.engine.params import SamplingParams
+from tritonbox_triton.engine.scheduler import EngineRequest
 
 EOS = 2
 
@@ -60,11 +59,7 @@ def test_a_request_that_found_no_company_ends_the_waiting() -> None:
 def test_a_burst_that_trickles_in_shares_one_prefill(
     model: Any, tokenizer: Any, make_sink: Any
 ) -> None:
-    steps = IterationRecorder()
-    engine = InflightBatcher(
-        model, text_decoder(tokenizer), EngineLimits(256, 64, 10_000), max_batch_size=4,
-        observer=steps,
-    )  # fmt: skip
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4)
     params = SamplingParams(max_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
     prompt = list(tokenizer("The capital of France is")["input_ids"])
     engine.start()

@@ -7,14 +7,13 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
-from tritonbox_testing.engine_observer import IterationRecorder
+from tritonbox_testing.engine_observer import recorded_engine
 from tritonbox_testing.reference import greedy_ids
 
 from tritonbox_triton.engine import prefill
 from tritonbox_triton.engine.kv_batch import Layers, prefilled_layers
-from tritonbox_triton.engine.params import EngineLimits, SamplingParams
-from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
-from tritonbox_triton.engine.words import text_decoder
+from tritonbox_triton.engine.params import SamplingParams
+from tritonbox_triton.engine.scheduler import EngineRequest
 
 EOS = 2
 
@@ -66,11 +65,7 @@ def test_who_may_share_a_prefill() -> None:
 def test_a_burst_is_prefilled_in_one_pass_and_answers_as_generate(
     model: Any, tokenizer: Any, make_sink: Any
 ) -> None:
-    steps = IterationRecorder()
-    engine = InflightBatcher(
-        model, text_decoder(tokenizer), EngineLimits(256, 64, 10_000), max_batch_size=8,
-        observer=steps,
-    )  # fmt: skip
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=8)
     texts = ["The capital of France is", "def add(a, b):", "Roses are red,", "1, 2, 3,"]
     runs = []
     for text in texts:
