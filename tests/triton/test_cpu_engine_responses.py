@@ -107,7 +107,7 @@ def test_a_tensor_the_sender_drops_is_freed_after_send_returns(model_module: Any
 def test_the_stop_reply_carries_only_the_outputs_asked_for(model_module: Any) -> None:
     sender = PruningSender({"output_ids"})
     tensors = model_module._output_tensors(frozenset({"output_ids"}), [], [])
-    model_module._send(sender, tensors, 1)
+    model_module._send_outputs(sender, tensors, 1)
     assert sender.sent == [({"output_ids"}, 1)]
     assert [t.name() for t in tensors] == ["output_ids"]
     assert np.asarray(tensors[0]._array).shape == (1, 1, 0)

@@ -76,25 +76,25 @@ def _output_tensors(
     the 24.10 stub PyTriton 0.7.0 ships), which corrupted the stub's memory under load."""
     tokens = np.asarray(ids, dtype=np.int32).reshape(1, 1, -1)
     arrays = {
-        "output_ids": lambda: tokens,
-        "sequence_length": lambda: np.array([[tokens.shape[-1]]], dtype=np.int32),
-        "cum_log_probs": lambda: np.array([[float(np.sum(logprobs))]], dtype=np.float32),
-        "output_log_probs": lambda: np.asarray(logprobs, dtype=np.float32).reshape(1, 1, -1),
+        "output_ids": tokens,
+        "sequence_length": np.array([[tokens.shape[-1]]], dtype=np.int32),
+        "cum_log_probs": np.array([[float(np.sum(logprobs))]], dtype=np.float32),
+        "output_log_probs": np.asarray(logprobs, dtype=np.float32).reshape(1, 1, -1),
     }
     if top is not None:  # asked for (num_top_logprobs = count > 0): [batch, beam, tokens, N]
         shape = (1, 1, -1, count)
-        arrays["top_token_ids"] = lambda: np.asarray([i for i, _ in top], np.int32).reshape(shape)
-        arrays["top_log_probs"] = lambda: np.asarray([p for _, p in top], np.float32).reshape(shape)
+        arrays["top_token_ids"] = np.asarray([i for i, _ in top], np.int32).reshape(shape)
+        arrays["top_log_probs"] = np.asarray([p for _, p in top], np.float32).reshape(shape)
     if prompt is not None:  # the prompt's scores (engine/prompt_logprobs.py), first response only
-        arrays |= {name: (lambda array=array: array) for name, array in prompt.tensors.items()}
+        arrays |= prompt.tensors
     return [
-        pb_utils.Tensor(name, array())
+        pb_utils.Tensor(name, array)
         for name, array in arrays.items()
         if not wanted or name in wanted
     ]
 
 
-def _send(sender: Any, tensors: list[Any], flags: int) -> None:
+def _send_outputs(sender: Any, tensors: list[Any], flags: int) -> None:
     """Send a response of `tensors`, which this frame keeps alive until `send` has returned: a
     tensor the stub drops inside it (one the client did not ask for) then only loses a
     reference there, and is freed here, under the GIL (`_output_tensors` says why)."""
@@ -160,7 +160,7 @@ class TritonSink:
     def _send(self, outputs: Callable[[], list[Any]], final: bool) -> None:
         """Queue a response of `outputs()` (built on the sending thread too) for the client."""
         sender, flags = self._sender, FINAL if final else 0
-        self._queue(lambda: _send(sender, outputs(), flags))
+        self._queue(lambda: _send_outputs(sender, outputs(), flags))
 
     def _send_error(self, error: Any) -> None:
         sender = self._sender
@@ -360,7 +360,7 @@ class TritonPythonModel:
         if "stop" in tensors and bool(tensors["stop"].reshape(-1)[0]):
             # TensorRT-LLM's `stop`: end the running request that has this request's id.
             self._engine.stop_request(request.request_id())
-            _send(sender, _output_tensors(wanted, [], []), FINAL)
+            _send_outputs(sender, _output_tensors(wanted, [], []), FINAL)
             return
         try:
             prompt = prompt_ids(tensors, self._limits)
