@@ -95,6 +95,7 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
             "max_tokens_in_paged_kv_cache": str(settings.kv_cache_max_tokens),
             "cpu_threads": str(settings.cpu_threads),
             "cpu_dtype": settings.cpu_dtype,
+            "kernel_dir": str(settings.cache_dir.resolve() / "kernels"),  # engine/fused_ops.py
             "max_lora_rank": str(settings.max_lora_rank),
             "lora_target_modules": " ".join(LLAMA_MODULES),  # every Llama projection
             "lora_cache_host_memory_bytes": str(settings.lora_cache_host_memory_bytes),

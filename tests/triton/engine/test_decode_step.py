@@ -11,6 +11,7 @@ from transformers import DynamicCache
 from tritonbox_testing.reference import greedy_ids
 
 from tritonbox_triton.engine.decode_step import DecodeStep, unsupported
+from tritonbox_triton.engine.fused_ops import load as load_fused_ops
 from tritonbox_triton.engine.kv_batch import BatchedKVCache, prefilled_layers
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
@@ -19,8 +20,16 @@ from tritonbox_triton.engine.words import text_decoder
 EOS = 2
 
 
-@pytest.fixture(scope="module")
-def step(model: Any) -> DecodeStep:
+@pytest.fixture(scope="module", params=["fused", "pytorch"])
+def step(model: Any, request: pytest.FixtureRequest) -> DecodeStep:
+    """The step with its elementwise stages fused (fused_ops.py), as the engine runs it where a
+    compiler is found, and as PyTorch's operations, as it runs elsewhere."""
+    if request.param == "fused":
+        fused = load_fused_ops()
+        assert fused is not None, "no fused ops on this machine: fused_ops.py's log says why"
+        built = DecodeStep(model, fused)
+        assert built._fused is fused
+        return built
     return DecodeStep(model)
 
 
@@ -115,7 +124,9 @@ def test_a_lone_chat_prompt_answers_as_generate(model: Any, tokenizer: Any, make
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_twin_prefill_is_the_forwards_where_exact_for_says_so(model: Any, threads: int) -> None:
+def test_a_twin_prefill_is_the_forwards_where_exact_for_says_so(
+    model: Any, step: DecodeStep, threads: int
+) -> None:
     """Where the prepacked products round as the plain ones of the reference's twin rows, the
     prepacked prefill gives generate()'s prefill bit for bit, next-token logits and every
     layer's keys and values: run as twins where `exact_for` says so, once where
@@ -126,7 +137,7 @@ def test_a_twin_prefill_is_the_forwards_where_exact_for_says_so(model: Any, thre
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        _check_prefills_against_the_forward(model, DecodeStep(model))
+        _check_prefills_against_the_forward(model, DecodeStep(model, step._fused))
     finally:
         torch.set_num_threads(before)
 

@@ -15,21 +15,31 @@ kernel on the same weight (checked bit for bit in tests/triton/engine, at every 
 engine runs). Only bfloat16 weights are prepacked: float32 `F.linear` goes through MKL, whose
 sums oneDNN would round differently, so a float32 engine keeps `F.linear`.
 
+The elementwise stages between the products (a residual addition with the norm after it; RoPE
+with the cache writes) run as one compiled pass each where fused_ops.py's kernels are built and
+check out bit for bit, else as PyTorch's operations.
+
 Batches with LoRA adapters take the model's forward (lora_layers.py wraps its projections).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers.models.llama.modeling_llama import rotate_half
 
 from .attention import decode_attention, padding_bias, prefill_attention
+from .fused_ops import FusedOps, rms_norm, rotary
 from .kv_batch import Layers
 from .packed_layer import PackedLayer, packed_linear
 from .prefill import own_layers, right_padded
+
+log = logging.getLogger(__name__)
+# (qkv, a layer's keys, its values) -> the rows' queries: DecodeStep._row_writer
+RowWriter = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def unsupported(model: Any) -> str | None:
@@ -49,13 +59,6 @@ def unsupported(model: Any) -> str | None:
     return None
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' LlamaRMSNorm, operation for operation."""
-    x32 = x.to(torch.float32)
-    variance = x32.pow(2).mean(-1, keepdim=True)
-    return weight * (x32 * torch.rsqrt(variance + eps)).to(x.dtype)
-
-
 class DecodeStep:
     """One decode step over the engine's KV buffers.
 
@@ -65,7 +68,7 @@ class DecodeStep:
     keys from column 0, in the model's dtype. Returns the logits [rows, vocab] in that dtype.
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, fused: FusedOps | None = None) -> None:
         config = model.config
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
@@ -80,6 +83,19 @@ class DecodeStep:
         self._rotary_emb = decoder.rotary_emb
         self._cos = self._sin = torch.zeros(0, self.head_dim)  # [positions, head_dim]
         self._rope_table(config.max_position_embeddings)
+        self._fused = fused if fused is not None and self._fused_agrees(fused) else None
+
+    def _fused_agrees(self, fused: FusedOps) -> bool:
+        if self._embed.dtype != torch.bfloat16:
+            log.info("fused ops: bfloat16 only; the %s step runs PyTorch's operations",
+                     self._embed.dtype)  # fmt: skip
+            return False
+        tables = self._cos[:256], self._sin[:256]
+        if not fused.agrees(self._norm, self.eps, self.heads, self.kv_heads, *tables):
+            log.warning("fused ops: not PyTorch's bits here; the step runs PyTorch's operations")
+            return False
+        log.info("fused ops: norms and RoPE fused (ATen sums %d lanes wide)", fused.lanes)
+        return True
 
     def exact_for(self, prompt_tokens: int) -> bool:
         """Whether `prefill` of a prompt's twin rows is the model forward's bit for bit: its
@@ -112,12 +128,27 @@ class DecodeStep:
             return
         size = max(positions, 2 * self._cos.shape[0])
         cos, sin = self._rotary_emb(self._embed[:1], torch.arange(size)[None])
-        self._cos, self._sin = cos[0], sin[0]
+        self._cos, self._sin = cos[0].contiguous(), sin[0].contiguous()
 
     def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [rows, 1, head_dim] at each row's position, as the model's forward has them."""
         self._rope_table(int(positions.max()) + 1)
         return self._cos[positions, None, :], self._sin[positions, None, :]
+
+    def _add_norm(
+        self, hidden: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual stream plus `delta` (unless None), and its RMSNorm by `weight`."""
+        if self._fused is not None:  # `hidden` added to in place: the caller's own tensor
+            return hidden, self._fused.add_rms_norm(hidden, delta, weight, self.eps)
+        if delta is not None:
+            hidden = hidden + delta
+        return hidden, rms_norm(hidden, weight, self.eps)
+
+    def _norms(self) -> list[torch.Tensor]:
+        """Each layer's input norm after the first, then the final norm: the norm that follows
+        each layer's residual stream."""
+        return [layer.input_norm for layer in self._layers[1:]] + [self._norm]
 
     @torch.inference_mode()
     def __call__(
@@ -129,27 +160,17 @@ class DecodeStep:
         values: torch.Tensor,
     ) -> torch.Tensor:
         rows, width = ids.shape[0], valid.shape[1]
-        heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
+        last = int(positions.max())
+        if rows > keys.shape[1] or last >= keys.shape[3]:  # the fused writes do not check
+            raise ValueError(f"{rows} rows to column {last}: past the cache {tuple(keys.shape)}")
+        self._rope_table(last + 1)
         bias = padding_bias(valid, self._embed.dtype)
-        # Where each row's new key and value go in a layer's buffer, viewed as [cells, dim]:
-        # one index_copy_ each, cheaper than indexing rows and columns at once.
-        capacity = keys.shape[3]
-        heads_index = torch.arange(kv_heads)[None, :]
-        rows_index = torch.arange(rows)[:, None]
-        cells = ((rows_index * kv_heads + heads_index) * capacity + positions[:, None]).reshape(-1)
-        cos, sin = self.rotary(positions)
-        hidden = F.embedding(ids, self._embed)
-        for index, layer in enumerate(self._layers):
-            x = _rms_norm(hidden, layer.input_norm, eps)
-            qkv = layer.qkv(x)
-            # RoPE on the queries and keys at once: the same elementwise products.
-            qk = qkv[:, : layer.qk_width].view(rows, heads + kv_heads, dim)
-            qk = qk * cos + rotate_half(qk) * sin
-            query, key = qk[:, :heads], qk[:, heads:]
-            value = qkv[:, layer.qk_width :].view(rows, kv_heads, dim)
+        write = self._row_writer(positions, keys)
+        hidden, x = self._add_norm(F.embedding(ids, self._embed), None, self._layers[0].input_norm)
+        for index, (layer, norm) in enumerate(zip(self._layers, self._norms(), strict=True)):
             layer_keys, layer_values = keys[index], values[index]
-            layer_keys.view(-1, dim).index_copy_(0, cells, key.reshape(-1, dim))
-            layer_values.view(-1, dim).index_copy_(0, cells, value.reshape(-1, dim))
+            query = write(layer.qkv(x), layer_keys, layer_values)
             attended = decode_attention(
                 query.reshape(rows, kv_heads, heads // kv_heads, dim),
                 layer_keys[:rows, :, :width],
@@ -157,11 +178,57 @@ class DecodeStep:
                 bias,
                 layer.scaling,
             )
-            hidden = hidden + layer.o(attended.reshape(rows, heads * dim))
-            x = _rms_norm(hidden, layer.post_norm, eps)
+            hidden, x = self._add_norm(hidden, layer.o(attended.reshape(rows, heads * dim)),
+                                       layer.post_norm)  # fmt: skip
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
-            hidden = hidden + layer.down(F.silu(gate) * up)
-        return self._lm_head(_rms_norm(hidden, self._norm, eps))
+            hidden, x = self._add_norm(hidden, layer.down(F.silu(gate) * up), norm)
+        return self._lm_head(x)
+
+    def _row_writer(self, positions: torch.Tensor, keys: torch.Tensor) -> RowWriter:
+        """RoPE on a decode step's rows and their cache writes, per layer: (qkv, the layer's
+        keys, its values) ↦ the rows' queries. One pass where fused, else PyTorch's operations."""
+        rows, heads, kv_heads, dim = positions.shape[0], self.heads, self.kv_heads, self.head_dim
+        fused = self._fused
+        if fused is not None:
+            positions = positions.contiguous()
+
+            def write_fused(qkv: torch.Tensor, layer_keys: torch.Tensor,
+                            layer_values: torch.Tensor) -> torch.Tensor:  # fmt: skip
+                qk = fused.rope(qkv, heads + kv_heads, self._cos, self._sin, positions,
+                                (layer_keys, layer_values))  # fmt: skip
+                return qk[:, :heads]
+
+            return write_fused
+        # Where each row's new key and value go in a layer's buffer, viewed as [cells, dim]:
+        # one index_copy_ each, cheaper than indexing rows and columns at once.
+        heads_index = torch.arange(kv_heads)[None, :]
+        rows_index = torch.arange(rows)[:, None]
+        cells = (rows_index * kv_heads + heads_index) * keys.shape[3] + positions[:, None]
+        cells = cells.reshape(-1)
+        cos, sin = self.rotary(positions)
+
+        def write(qkv: torch.Tensor, layer_keys: torch.Tensor,
+                  layer_values: torch.Tensor) -> torch.Tensor:  # fmt: skip
+            width = (heads + kv_heads) * dim
+            # RoPE on the queries and keys at once: the same elementwise products.
+            qk = rotary(qkv[:, :width].view(rows, heads + kv_heads, dim), cos, sin)
+            value = qkv[:, width:].reshape(-1, dim)
+            layer_keys.view(-1, dim).index_copy_(0, cells, qk[:, heads:].reshape(-1, dim))
+            layer_values.view(-1, dim).index_copy_(0, cells, value)
+            return qk[:, :heads]
+
+        return write
+
+    def _prefill_rope(self, qkv: torch.Tensor, rows: int, length: int) -> torch.Tensor:
+        """RoPE on a prefill's queries and keys: [rows, length, heads + kv heads, dim]."""
+        qk_heads, dim = self.heads + self.kv_heads, self.head_dim
+        if self._fused is not None:
+            positions = torch.arange(length).repeat(rows)
+            flat = qkv.view(rows * length, -1)
+            qk = self._fused.rope(flat, qk_heads, self._cos, self._sin, positions)
+            return qk.view(rows, length, qk_heads, dim)
+        cos, sin = self._cos[None, :length, None, :], self._sin[None, :length, None, :]
+        return rotary(qkv[..., : qk_heads * dim].view(rows, length, qk_heads, dim), cos, sin)
 
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[Layers]]:
@@ -175,16 +242,13 @@ class DecodeStep:
         else goes through the model's forward (scheduler.py)."""
         ids, ends = right_padded(prompts)
         rows, length = ids.shape
-        heads, kv_heads, dim, eps = self.heads, self.kv_heads, self.head_dim, self.eps
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         self._rope_table(length)
-        cos, sin = self._cos[None, :length, None, :], self._sin[None, :length, None, :]
-        hidden = F.embedding(ids, self._embed)
+        hidden, x = self._add_norm(F.embedding(ids, self._embed), None, self._layers[0].input_norm)
         cached: Layers = []
-        for layer in self._layers:
-            x = _rms_norm(hidden, layer.input_norm, eps)
+        for layer, norm in zip(self._layers, self._norms(), strict=True):
             qkv = layer.qkv(x)
-            qk = qkv[..., : layer.qk_width].view(rows, length, heads + kv_heads, dim)
-            qk = qk * cos + rotate_half(qk) * sin
+            qk = self._prefill_rope(qkv, rows, length)
             query = qk[:, :, :heads].transpose(1, 2)  # [rows, heads, length, dim]
             key = qk[:, :, heads:].transpose(1, 2)
             value = qkv[..., layer.qk_width :].view(rows, length, kv_heads, dim).transpose(1, 2)
@@ -196,11 +260,10 @@ class DecodeStep:
                 q, k, v = (t.expand(2, -1, -1, -1) for t in (query, key, value))
             attended = prefill_attention(q, k, v, layer.scaling)[:rows]
             attended = attended.transpose(1, 2).reshape(rows, length, heads * dim)
-            hidden = hidden + layer.o(attended)
-            x = _rms_norm(hidden, layer.post_norm, eps)
+            hidden, x = self._add_norm(hidden, layer.o(attended), layer.post_norm)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
-            hidden = hidden + layer.down(F.silu(gate) * up)
-        last = _rms_norm(hidden[torch.arange(rows), ends], self._norm, eps)
+            hidden, x = self._add_norm(hidden, layer.down(F.silu(gate) * up), norm)
+        last = x[torch.arange(rows), ends]  # the final norm is per position
         if rows == 1:  # never one row through a product (kv_batch.py): its twin rides along
             return self._lm_head(last.expand(2, -1))[:1], own_layers(cached, prompts)
         return self._lm_head(last), own_layers(cached, prompts)

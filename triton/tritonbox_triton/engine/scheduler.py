@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -33,6 +34,7 @@ from . import prefill, prompt_logprobs
 from .admission import BurstWindow
 from .attention import padding_block
 from .decode_step import DecodeStep, unsupported
+from .fused_ops import load as load_fused_ops
 from .kv_batch import BatchedKVCache, Layers, prefilled_layers
 from .lora_layers import EngineAdapter, LoraRows
 from .params import EngineLimits, SamplingParams
@@ -137,13 +139,15 @@ class InflightBatcher:
         observer: EngineObserver | None = None,
         lora_rows: LoraRows | None = None,
         threads: int = 0,
+        kernel_dir: Path | None = None,
     ) -> None:
         self._model = model
         self._threads = threads  # torch threads of the engine's thread (0: torch's default)
         # Decodes batches without adapters instead of the model's forward; the two give the
         # same logits bit for bit (decode_step.py).
         reason = unsupported(model)
-        self._fast_step = DecodeStep(model) if reason is None else None
+        # kernel_dir: where fused_ops.py's library is built (None: the user's cache).
+        self._fast_step = DecodeStep(model, load_fused_ops(kernel_dir)) if reason is None else None
         if reason is not None:
             log.warning("decoding with the model's forward: %s", reason)
         # Set before every forward pass: which adapter each row uses (attach_lora's layers).

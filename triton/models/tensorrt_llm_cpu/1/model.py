@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -321,6 +322,7 @@ class TritonPythonModel:
             observer=TritonMetrics(args["model_name"], args["model_version"]),
             lora_rows=lora_rows,
             threads=threads,
+            kernel_dir=Path(params["kernel_dir"]),
         )
         # Responses leave from one thread of their own, in the order the engine made them.
         # Each send is a round trip to tritonserver through shared memory (about 0.5 ms on 2

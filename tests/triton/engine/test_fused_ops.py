@@ -1,0 +1,72 @@
+"""The fused elementwise stages: built once per machine into their folder, and PyTorch's bits or
+not used at all."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tritonbox_triton.engine import fused_ops
+from tritonbox_triton.engine.decode_step import DecodeStep
+from tritonbox_triton.engine.fused_ops import LANES, FusedOps, rms_norm, rotary
+
+
+def _fresh(directory: Path) -> FusedOps | None:
+    fused_ops.load.cache_clear()  # as a restarted engine would
+    return fused_ops.load(directory)
+
+
+def test_built_once_into_its_folder_and_loaded_from_it_after(tmp_path: Path) -> None:
+    ops = _fresh(tmp_path)
+    assert ops is not None and ops.lanes in LANES
+    (library,) = tmp_path.glob("fused_ops-*.so")
+    built = library.stat().st_mtime_ns
+    assert _fresh(tmp_path) is not None
+    assert library.stat().st_mtime_ns == built, "a restart compiled it again"
+    assert [path.name for path in tmp_path.iterdir()] == [library.name], "scratch files left"
+
+
+def test_no_compiler_leaves_pytorchs_operations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with caplog.at_level(logging.WARNING, logger=fused_ops.__name__):
+        assert _fresh(tmp_path / "kernels") is None
+    assert "no C compiler" in caplog.text
+
+
+def test_the_stages_give_pytorchs_bits_for_the_model(model: Any) -> None:
+    ops = fused_ops.load()
+    assert ops is not None
+    step = DecodeStep(model, ops)
+    assert step._fused is ops
+    # Wide and tiny magnitudes, one row and a prefill's worth of them.
+    generator = torch.Generator().manual_seed(3)
+    for rows, scale in ((1, 1.0), (16, 300.0), (624, 1e-3)):
+        hidden = (torch.randn(rows, 576, generator=generator) * scale).bfloat16()
+        delta = torch.randn(rows, 576, generator=generator).bfloat16()
+        expected_hidden = hidden + delta
+        weight = step._layers[0].post_norm
+        normed = ops.add_rms_norm(hidden, delta, weight, step.eps)
+        assert torch.equal(hidden, expected_hidden)
+        assert torch.equal(normed, rms_norm(expected_hidden, weight, step.eps))
+        qkv = torch.randn(rows, 960, generator=generator).bfloat16()
+        positions = torch.randint(0, 2048, (rows,), generator=generator)
+        roped = ops.rope(qkv, 12, step._cos, step._sin, positions)
+        cos, sin = step.rotary(positions)
+        assert torch.equal(roped, rotary(qkv[:, :768].view(rows, 12, 64), cos, sin))
+
+
+def test_a_sum_in_another_order_is_caught(model: Any) -> None:
+    """The check can fail: summed at the other vector width, the norms round otherwise."""
+    ops = fused_ops.load()
+    assert ops is not None
+    other = FusedOps(ops.library, next(lanes for lanes in LANES if lanes != ops.lanes))
+    step = DecodeStep(model)
+    assert not other.agrees(step._norm, step.eps, step.heads, step.kv_heads,
+                            step._cos[:256], step._sin[:256])  # fmt: skip
+    assert DecodeStep(model, other)._fused is None

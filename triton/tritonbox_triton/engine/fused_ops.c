@@ -1,0 +1,139 @@
+/* The decode step's elementwise work in one pass per layer stage, each value rounded exactly as
+   PyTorch's own operations round it (fused_ops.py says why and how that is checked). Built with
+   -ffp-contract=off: a fused multiply-add would round once where PyTorch rounds twice. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef uint16_t bf16;
+
+static inline float widen(bf16 h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* float -> bfloat16, round to nearest even (c10::BFloat16's conversion). */
+static inline bf16 narrow(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    u += ((u >> 16) & 1u) + 0x7fffu;
+    return (bf16)(u >> 16);
+}
+
+static int ceil_log2(long x) { return x <= 1 ? 0 : 64 - __builtin_clzl((unsigned long)(x - 1)); }
+
+#define MAX_LANES 16
+#define MAX_COLUMNS 16384
+
+/* The sum of a contiguous float row in the order of ATen's CPU reduction (SumKernel.cpp,
+   vectorized_inner_sum over row_sum): `lanes`-wide vectors summed into four interleaved
+   accumulators with cascade levels, the leftover vectors, the accumulators in turn, then the
+   scalar tail and the lanes one by one. */
+float aten_row_sum(const float *x, long n, int lanes) {
+    long vectors = n / lanes, size = vectors / 4;
+    int level_power = ceil_log2(size) / 4;
+    if (level_power < 4) level_power = 4;
+    long level_step = 1L << level_power, level_mask = level_step - 1;
+    float acc[4][4][MAX_LANES];
+    memset(acc, 0, sizeof acc);
+    long i = 0;
+    while (i + level_step <= size) {
+        for (long j = 0; j < level_step; ++j, ++i)
+            for (int k = 0; k < 4; ++k)
+                for (int l = 0; l < lanes; ++l) acc[0][k][l] += x[(i * 4 + k) * lanes + l];
+        for (int j = 1; j < 4; ++j) {
+            for (int k = 0; k < 4; ++k)
+                for (int l = 0; l < lanes; ++l) {
+                    acc[j][k][l] += acc[j - 1][k][l];
+                    acc[j - 1][k][l] = 0.f;
+                }
+            if ((i & (level_mask << (j * level_power))) != 0) break;
+        }
+    }
+    for (; i < size; ++i)
+        for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < lanes; ++l) acc[0][k][l] += x[(i * 4 + k) * lanes + l];
+    for (int j = 1; j < 4; ++j)
+        for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < lanes; ++l) acc[0][k][l] += acc[j][k][l];
+    for (long v = size * 4; v < vectors; ++v)
+        for (int l = 0; l < lanes; ++l) acc[0][0][l] += x[v * lanes + l];
+    for (int k = 1; k < 4; ++k)
+        for (int l = 0; l < lanes; ++l) acc[0][0][l] += acc[0][k][l];
+    float total = 0.f;
+    for (long t = vectors * lanes; t < n; ++t) total += x[t];
+    for (int l = 0; l < lanes; ++l) total += acc[0][0][l];
+    return total;
+}
+
+/* hidden += delta (unless delta is NULL), then out = weight * RMSNorm(hidden): transformers'
+   LlamaRMSNorm (float32 mean of squares, rsqrt, product, back to bfloat16, times the weight).
+   Returns -1 when a row is wider than this file allows. */
+int add_rms_norm(bf16 *hidden, const bf16 *delta, const bf16 *weight, bf16 *out, long rows,
+                 long columns, float eps, int lanes) {
+    float squares[MAX_COLUMNS];
+    if (columns > MAX_COLUMNS || lanes > MAX_LANES) return -1;
+    for (long r = 0; r < rows; ++r) {
+        bf16 *h = hidden + r * columns;
+        if (delta) {
+            const bf16 *d = delta + r * columns;
+            for (long c = 0; c < columns; ++c) h[c] = narrow(widen(h[c]) + widen(d[c]));
+        }
+        for (long c = 0; c < columns; ++c) {
+            float x = widen(h[c]);
+            squares[c] = x * x;
+        }
+        float variance = aten_row_sum(squares, columns, lanes) / (float)columns;
+        float scale = 1.0f / sqrtf(variance + eps);
+        bf16 *o = out + r * columns;
+        for (long c = 0; c < columns; ++c)
+            o[c] = narrow(widen(weight[c]) * widen(narrow(widen(h[c]) * scale)));
+    }
+    return 0;
+}
+
+/* RoPE on each token's query and key heads, as transformers' apply_rotary_pos_emb computes it
+   (q * cos + rotate_half(q) * sin, each product and the sum rounded to bfloat16), into out
+   [tokens, qk_heads, dim]. qkv's row t starts at qkv + t * qkv_stride: qk_heads heads of dim,
+   then (with key_cache) kv_heads value heads. With key_cache, token t is decode row t: its key
+   heads (the last kv_heads of out) and value heads go to column pos[t] of its rows in the caches,
+   laid out [rows, kv_heads, columns, dim]. */
+void rope(const bf16 *qkv, long qkv_stride, long tokens, long qk_heads, long dim,
+          const bf16 *cos_table, const bf16 *sin_table, const int64_t *pos, bf16 *out,
+          long kv_heads, bf16 *key_cache, bf16 *value_cache, long columns) {
+    long half = dim / 2;
+    for (long t = 0; t < tokens; ++t) {
+        const bf16 *cos = cos_table + pos[t] * dim, *sin = sin_table + pos[t] * dim;
+        const bf16 *row = qkv + t * qkv_stride;
+        for (long h = 0; h < qk_heads; ++h) {
+            const bf16 *x = row + h * dim;
+            bf16 *o = out + (t * qk_heads + h) * dim;
+            for (long d = 0; d < half; ++d) {
+                float straight = widen(narrow(widen(x[d]) * widen(cos[d])));
+                float rotated = widen(narrow(-widen(x[d + half]) * widen(sin[d])));
+                o[d] = narrow(straight + rotated);
+            }
+            for (long d = half; d < dim; ++d) {
+                float straight = widen(narrow(widen(x[d]) * widen(cos[d])));
+                float rotated = widen(narrow(widen(x[d - half]) * widen(sin[d])));
+                o[d] = narrow(straight + rotated);
+            }
+        }
+        if (key_cache) {
+            long heads = qk_heads - kv_heads;
+            for (long h = 0; h < kv_heads; ++h) {
+                long cell = ((t * kv_heads + h) * columns + pos[t]) * dim;
+                memcpy(key_cache + cell, out + (t * qk_heads + heads + h) * dim, dim * sizeof(bf16));
+                memcpy(value_cache + cell, row + (qk_heads + h) * dim, dim * sizeof(bf16));
+            }
+        }
+    }
+}
+
+/* Each row's aten_row_sum, for the check that this machine's ATen sums in that order. */
+void row_sums(const float *x, float *out, long rows, long columns, int lanes) {
+    for (long r = 0; r < rows; ++r) out[r] = aten_row_sum(x + r * columns, columns, lanes);
+}

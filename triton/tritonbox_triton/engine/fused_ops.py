@@ -1,0 +1,206 @@
+"""The decode step's elementwise stages as one C pass each, rounded as PyTorch's operations are.
+
+Between its products a layer of the step runs ~30 small PyTorch operations (the two RMSNorms'
+casts, squares, mean, rsqrt and products, the residual additions, RoPE's products, halves and
+sum, the cache writes), each a pass over the activations with a dispatch of its own: a third of
+a 16-row step, and more of a prefill (docs/cpu-engine.md). Here a residual addition and the norm
+after it are one pass (`add_rms_norm`), and RoPE with the cache writes another (`rope`).
+
+The engine promises generate()'s tokens bit for bit, so each value is computed as PyTorch
+computes it: bfloat16 operands widened to float32, each operation's result rounded back to
+bfloat16 where PyTorch's is (round to nearest even), no fused multiply-adds, and the norm's mean
+summed in the order of ATen's CPU sum, whose vector width is this machine's. That order and
+every stage are checked against PyTorch's own operations at start (`load`, `FusedOps.agrees`) on
+random inputs; where anything differs, where no C compiler is found or the dtype is not
+bfloat16, the step keeps PyTorch's operations, and says so in the log.
+
+The library is compiled for this machine (`-march=native`) into a cache folder, named by a hash
+of its source, flags and CPU, so a restart loads it in milliseconds; a cold compile takes about
+a second and is logged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers.models.llama.modeling_llama import rotate_half
+
+from .dtype import cpu_flags
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("fused_ops.c")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC")
+LANES = (8, 16)  # float vectors of AVX2 and AVX-512: the widths ATen's sums may run at
+TRIES = 6  # random inputs per shape in each check
+_SEED = 20261126
+_P, _L = ctypes.c_void_p, ctypes.c_long
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm, operation for operation."""
+    x32 = x.to(torch.float32)
+    variance = x32.pow(2).mean(-1, keepdim=True)
+    return weight * (x32 * torch.rsqrt(variance + eps)).to(x.dtype)
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """transformers' apply_rotary_pos_emb on one tensor of heads."""
+    return x * cos + rotate_half(x) * sin
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonbox/kernels"
+
+
+class FusedOps:
+    """The compiled stages, over contiguous bfloat16 tensors."""
+
+    def __init__(self, library: ctypes.CDLL, lanes: int) -> None:
+        self.library = library
+        self._norm = library.add_rms_norm
+        self._norm.argtypes = [_P, _P, _P, _P, _L, _L, ctypes.c_float, ctypes.c_int]
+        self._rope = library.rope
+        self._rope.argtypes = [_P, _L, _L, _L, _L, _P, _P, _P, _P, _L, _P, _P, _L]
+        self._row_sums = library.row_sums
+        self._row_sums.argtypes = [_P, _P, _L, _L, ctypes.c_int]
+        self.lanes = lanes
+
+    def add_rms_norm(self, hidden: torch.Tensor, delta: torch.Tensor | None,
+                     weight: torch.Tensor, eps: float) -> torch.Tensor:  # fmt: skip
+        """`hidden += delta` in place (unless None); returns `rms_norm(hidden, weight, eps)`."""
+        columns = hidden.shape[-1]
+        out = torch.empty_like(hidden)
+        pointer = None if delta is None else delta.data_ptr()
+        status = self._norm(hidden.data_ptr(), pointer, weight.data_ptr(), out.data_ptr(),
+                            hidden.numel() // columns, columns, eps, self.lanes)  # fmt: skip
+        if status:
+            raise ValueError(f"fused norm: {columns} columns is more than fused_ops.c allows")
+        return out
+
+    def rope(self, qkv: torch.Tensor, qk_heads: int, cos: torch.Tensor, sin: torch.Tensor,
+             positions: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+             ) -> torch.Tensor:  # fmt: skip
+        """`rotary` over each token's first `qk_heads` heads of `qkv` [tokens, width], at its
+        position (int64) in the `cos`/`sin` tables [positions, dim]: [tokens, qk_heads, dim].
+        With `cache` (a layer's keys and values [rows, kv heads, columns, dim]), token t is row
+        t, and its key heads (the last of the qk heads) and value heads (after them in `qkv`)
+        are written at its position."""
+        tokens, dim = qkv.shape[0], cos.shape[1]
+        out = torch.empty(tokens, qk_heads, dim, dtype=qkv.dtype)
+        keys, values = cache if cache is not None else (None, None)
+        self._rope(qkv.data_ptr(), qkv.stride(0), tokens, qk_heads, dim, cos.data_ptr(),
+                   sin.data_ptr(), positions.data_ptr(), out.data_ptr(),
+                   0 if keys is None else keys.shape[1],
+                   None if keys is None else keys.data_ptr(),
+                   None if values is None else values.data_ptr(),
+                   0 if keys is None else keys.shape[2])  # fmt: skip
+        return out
+
+    def agrees(self, weight: torch.Tensor, eps: float, heads: int, kv_heads: int,
+               cos: torch.Tensor, sin: torch.Tensor) -> bool:  # fmt: skip
+        """Whether both stages give PyTorch's bits for a model of these shapes (its norm weight
+        and RoPE tables), on `TRIES` random inputs per row count, half with magnitudes spread
+        over 2^±8."""
+        generator = torch.Generator().manual_seed(_SEED)
+        return self.sums_agree(weight.shape[0]) and all(
+            self._norm_agrees(weight, eps, rows, attempt, generator)
+            and self._rope_agrees(heads, kv_heads, cos, sin, rows, attempt, generator)
+            for rows in (1, 2, 3, 16, 33, 200)
+            for attempt in range(TRIES)
+        )
+
+    def sums_agree(self, *widths: int) -> bool:
+        """Whether the norm's sums are ATen's `sum` bit for bit, on rows of these and other
+        widths. Checked apart from the norm: a sum off in its last bit rarely moves a norm's
+        bfloat16 result, but it does now and then (19 of 300 random batches)."""
+        generator = torch.Generator().manual_seed(_SEED)
+        for columns in (*widths, 61, 576, 4096):
+            x = torch.randn(512, columns, generator=generator) ** 2
+            out = torch.empty(x.shape[0])
+            self._row_sums(x.data_ptr(), out.data_ptr(), x.shape[0], columns, self.lanes)
+            if not torch.equal(out, x.sum(-1)):
+                return False
+        return True
+
+    def _norm_agrees(self, weight: torch.Tensor, eps: float, rows: int, attempt: int,
+                     generator: torch.Generator) -> bool:  # fmt: skip
+        hidden, delta = (_random((rows, weight.shape[0]), attempt, generator) for _ in range(2))
+        summed = hidden + delta
+        normed = self.add_rms_norm(hidden, delta, weight, eps)
+        return torch.equal(hidden, summed) and torch.equal(normed, rms_norm(summed, weight, eps))
+
+    def _rope_agrees(self, heads: int, kv_heads: int, cos: torch.Tensor, sin: torch.Tensor,
+                     rows: int, attempt: int, generator: torch.Generator) -> bool:  # fmt: skip
+        (positions, dim), qk_heads = cos.shape, heads + kv_heads
+        qkv = _random((rows, (qk_heads + kv_heads) * dim), attempt, generator)
+        at = torch.randint(0, positions, (rows,), generator=generator)
+        keys, values = (torch.zeros(rows, kv_heads, positions, dim, dtype=qkv.dtype) for _ in "kv")
+        roped = self.rope(qkv, qk_heads, cos, sin, at, (keys, values))
+        expected = rotary(qkv[:, : qk_heads * dim].view(rows, qk_heads, dim),
+                          cos[at, None, :], sin[at, None, :])  # fmt: skip
+        written = torch.arange(rows), slice(None), at
+        return (
+            torch.equal(roped, expected)
+            and torch.equal(keys[written], expected[:, heads:])
+            and torch.equal(values[written], qkv[:, qk_heads * dim :].view(rows, kv_heads, dim))
+        )
+
+
+def _random(shape: tuple[int, int], attempt: int, generator: torch.Generator) -> torch.Tensor:
+    x = torch.randn(shape, generator=generator)
+    if attempt % 2:
+        x = x * torch.exp2(torch.randint(-8, 9, shape, generator=generator).float())
+    return x.to(torch.bfloat16)
+
+
+def _library(directory: Path) -> Path:
+    """The compiled library in `directory`, compiled there first unless a build of this source
+    with these flags for this CPU already is."""
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        raise FileNotFoundError("no C compiler (cc) on PATH")
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([source, *map(str.encode, FLAGS),
+                                     " ".join(sorted(cpu_flags())).encode()]))  # fmt: skip
+    library = directory / f"fused_ops-{key.hexdigest()[:16]}.so"
+    if library.exists():
+        return library
+    directory.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=directory) as scratch:  # no half-written library
+        built = Path(scratch) / library.name
+        subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)], check=True,
+                       capture_output=True, text=True)  # fmt: skip
+        os.replace(built, library)
+    log.info("fused ops: compiled %s in %.1f s (cold)", library, time.monotonic() - started)
+    return library
+
+
+@functools.cache
+def load(directory: Path | None = None) -> FusedOps | None:
+    """The fused stages, built into `directory` (default: the user's cache), or None where
+    they cannot be built or do not sum as ATen does (logged)."""
+    try:
+        library = ctypes.CDLL(str(_library(directory or default_dir())))
+    except (OSError, subprocess.CalledProcessError) as error:
+        detail = getattr(error, "stderr", "") or error
+        log.warning("fused ops unavailable (%s): the step runs PyTorch's operations", detail)
+        return None
+    # The width of ATen's float vectors in its sums (this machine's kernels, not the CPU's
+    # widest: AVX-512 machines were seen summing 8 wide).
+    candidates = (FusedOps(library, lanes) for lanes in LANES)
+    ops = next((candidate for candidate in candidates if candidate.sums_agree()), None)
+    if ops is None:
+        log.warning("fused ops: ATen sums in another order here: PyTorch's operations instead")
+    return ops
