@@ -126,8 +126,9 @@ def test_a_draw_follows_the_distribution_and_never_takes_a_removed_token() -> No
 
 
 def test_a_batch_chooses_what_each_row_would_alone() -> None:
-    """The plain greedy rows share one log-softmax and argmax; the others (sampled, penalised,
-    still under min_tokens, with bad words) go row by row; every choice is the lone one's."""
+    """The plain greedy rows (still under min_tokens or not) share one log-softmax and argmax;
+    the others (sampled, penalised, with bad words) go row by row; every choice is the lone
+    one's."""
     decode = state().words._decode
     rows = [
         state(num_top_logprobs=3),
@@ -142,9 +143,10 @@ def test_a_batch_chooses_what_each_row_would_alone() -> None:
         ),
         state(end_id=-1, min_tokens=4),
     ]
-    assert [plain_greedy(row) for row in rows] == [True, False, False, False, True, False, True]
+    assert [plain_greedy(row) for row in rows] == [True, False, False, True, True, False, True]
     logits = torch.randn(len(rows), VOCAB, generator=torch.Generator().manual_seed(3)) * 4
     logits[:, 5] = 50.0  # the best token everywhere, unless a rule bans it
+    logits[3:5, 0] = 60.0  # the end id: banned under min_tokens (row 3), chosen past it (row 4)
     before = logits.clone()
     batched = choose_tokens(logits, rows)
     assert torch.equal(logits, before)
@@ -153,3 +155,4 @@ def test_a_batch_chooses_what_each_row_would_alone() -> None:
     alone = [choose_token(logits[index].clone(), row) for index, row in enumerate(rows)]
     assert batched == alone
     assert batched[5].token != 5 and batched[0].top_ids[0] == 5
+    assert (batched[3].token, batched[4].token) == (5, 0)
