@@ -59,6 +59,12 @@ def unsupported(model: Any) -> str | None:
     return None
 
 
+def _swiglu(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor:
+    """The MLP's SiLU(gate) · up, from one product of both (sliced: `chunk` costs more)."""
+    gate_up = layer.gate_up(x)
+    return F.silu(gate_up[..., : layer.intermediate]) * gate_up[..., layer.intermediate :]
+
+
 class DecodeStep:
     """One decode step over the engine's KV buffers.
 
@@ -136,11 +142,16 @@ class DecodeStep:
         return self._cos[positions, None, :], self._sin[positions, None, :]
 
     def _add_norm(
-        self, hidden: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor
+        self,
+        hidden: torch.Tensor,
+        delta: torch.Tensor | None,
+        weight: torch.Tensor,
+        out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The residual stream plus `delta` (unless None), and its RMSNorm by `weight`."""
+        """The residual stream plus `delta` (unless None), and its RMSNorm by `weight` (fused:
+        into `out` when given, a buffer the step reuses once the norm's last reader is done)."""
         if self._fused is not None:  # `hidden` added to in place: the caller's own tensor
-            return hidden, self._fused.add_rms_norm(hidden, delta, weight, self.eps)
+            return hidden, self._fused.add_rms_norm(hidden, delta, weight, self.eps, out)
         if delta is not None:
             hidden = hidden + delta
         return hidden, rms_norm(hidden, weight, self.eps)
@@ -167,7 +178,9 @@ class DecodeStep:
         self._rope_table(last + 1)
         bias = padding_bias(valid, self._embed.dtype)
         write = self._row_writer(positions, keys)
-        hidden, x = self._add_norm(F.embedding(ids, self._embed), None, self._layers[0].input_norm)
+        hidden = F.embedding(ids, self._embed)
+        normed = torch.empty_like(hidden)  # each norm's output, read by the product after it
+        hidden, x = self._add_norm(hidden, None, self._layers[0].input_norm, normed)
         for index, (layer, norm) in enumerate(zip(self._layers, self._norms(), strict=True)):
             layer_keys, layer_values = keys[index], values[index]
             query = write(layer.qkv(x), layer_keys, layer_values)
@@ -179,9 +192,8 @@ class DecodeStep:
                 layer.scaling,
             )
             hidden, x = self._add_norm(hidden, layer.o(attended.reshape(rows, heads * dim)),
-                                       layer.post_norm)  # fmt: skip
-            gate, up = layer.gate_up(x).chunk(2, dim=-1)
-            hidden, x = self._add_norm(hidden, layer.down(F.silu(gate) * up), norm)
+                                       layer.post_norm, normed)  # fmt: skip
+            hidden, x = self._add_norm(hidden, layer.down(_swiglu(layer, x)), norm, normed)
         return self._lm_head(x)
 
     def _row_writer(self, positions: torch.Tensor, keys: torch.Tensor) -> RowWriter:
@@ -191,11 +203,14 @@ class DecodeStep:
         fused = self._fused
         if fused is not None:
             positions = positions.contiguous()
+            # One buffer for every layer's queries: each layer's attention has read its own
+            # before the next layer's RoPE writes.
+            roped = torch.empty(rows, heads + kv_heads, dim, dtype=self._embed.dtype)
 
             def write_fused(qkv: torch.Tensor, layer_keys: torch.Tensor,
                             layer_values: torch.Tensor) -> torch.Tensor:  # fmt: skip
                 qk = fused.rope(qkv, heads + kv_heads, self._cos, self._sin, positions,
-                                (layer_keys, layer_values))  # fmt: skip
+                                (layer_keys, layer_values), roped)  # fmt: skip
                 return qk[:, :heads]
 
             return write_fused
@@ -261,8 +276,7 @@ class DecodeStep:
             attended = prefill_attention(q, k, v, layer.scaling)[:rows]
             attended = attended.transpose(1, 2).reshape(rows, length, heads * dim)
             hidden, x = self._add_norm(hidden, layer.o(attended), layer.post_norm)
-            gate, up = layer.gate_up(x).chunk(2, dim=-1)
-            hidden, x = self._add_norm(hidden, layer.down(F.silu(gate) * up), norm)
+            hidden, x = self._add_norm(hidden, layer.down(_swiglu(layer, x)), norm)
         last = x[torch.arange(rows), ends]  # the final norm is per position
         if rows == 1:  # never one row through a product (kv_batch.py): its twin rides along
             return self._lm_head(last.expand(2, -1))[:1], own_layers(cached, prompts)

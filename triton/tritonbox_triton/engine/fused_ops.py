@@ -77,10 +77,12 @@ class FusedOps:
         self.lanes = lanes
 
     def add_rms_norm(self, hidden: torch.Tensor, delta: torch.Tensor | None,
-                     weight: torch.Tensor, eps: float) -> torch.Tensor:  # fmt: skip
-        """`hidden += delta` in place (unless None); returns `rms_norm(hidden, weight, eps)`."""
+                     weight: torch.Tensor, eps: float,
+                     out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """`hidden += delta` in place (unless None); returns `rms_norm(hidden, weight, eps)`,
+        written into `out` when given (hidden's shape)."""
         columns = hidden.shape[-1]
-        out = torch.empty_like(hidden)
+        out = torch.empty_like(hidden) if out is None else out
         pointer = None if delta is None else delta.data_ptr()
         status = self._norm(hidden.data_ptr(), pointer, weight.data_ptr(), out.data_ptr(),
                             hidden.numel() // columns, columns, eps, self.lanes)  # fmt: skip
@@ -90,14 +92,14 @@ class FusedOps:
 
     def rope(self, qkv: torch.Tensor, qk_heads: int, cos: torch.Tensor, sin: torch.Tensor,
              positions: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-             ) -> torch.Tensor:  # fmt: skip
+             out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """`rotary` over each token's first `qk_heads` heads of `qkv` [tokens, width], at its
         position (int64) in the `cos`/`sin` tables [positions, dim]: [tokens, qk_heads, dim].
         With `cache` (a layer's keys and values [rows, kv heads, columns, dim]), token t is row
         t, and its key heads (the last of the qk heads) and value heads (after them in `qkv`)
-        are written at its position."""
+        are written at its position. `out`: where to write the result, when given."""
         tokens, dim = qkv.shape[0], cos.shape[1]
-        out = torch.empty(tokens, qk_heads, dim, dtype=qkv.dtype)
+        out = torch.empty(tokens, qk_heads, dim, dtype=qkv.dtype) if out is None else out
         keys, values = cache if cache is not None else (None, None)
         self._rope(qkv.data_ptr(), qkv.stride(0), tokens, qk_heads, dim, cos.data_ptr(),
                    sin.data_ptr(), positions.data_ptr(), out.data_ptr(),

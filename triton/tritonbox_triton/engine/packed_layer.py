@@ -51,6 +51,7 @@ class PackedLayer:
             for weights in self.plain
         )
         self.qk_width = qkv[0].shape[0] + qkv[1].shape[0]
+        self.intermediate = gate_up[0].shape[0]  # gate_up's output: gate, then up
         self.scaling = float(attention.scaling)
 
     def agrees_with_plain(self, rows: int, copies: int = 1) -> bool:
