@@ -148,6 +148,7 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> bool:
         "triton prepared the model", lambda: found("prepared the default model", _logs(stack))
     )
     checks.check("/readyz", lambda: page(f"{stack.api}/readyz", '"ready"'))
+    checks.check("engine compiled its fused ops", lambda: _fused_ops(stack, "compiled in"))
     ids: list[str] = []
     checks.check("/predict greedy", lambda: _record(ids, predict(stack)))
     checks.check("streaming chat completion", lambda: stream_chat(stack))
@@ -165,6 +166,7 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> bool:
     checks.check("down (volumes kept)", lambda: stack.compose("down") and None)
     checks.check("up (warm): all healthy", lambda: measured.set("warm_s", stack.up()))
     checks.check("model reused", lambda: found("default model already prepared", _logs(stack)))
+    checks.check("fused ops reused", lambda: _fused_ops(stack, "cached in /cache/kernels"))
     if ids:
         checks.check("prediction kept across down/up", lambda: stored(stack, ids[0]))
     checks.check("/predict greedy after down/up", lambda: predict(stack) and None)
@@ -183,6 +185,15 @@ def _record(ids: list[str], prediction_id: str) -> str:
 
 def _logs(stack: Stack) -> str:
     return stack.compose("logs", "triton")
+
+
+def _fused_ops(stack: Stack, built: str) -> str:
+    """The engine's ready line (in tritonserver's log, in the cache volume) says it decodes with
+    the fused elementwise stages (the C compiler in the image, the library in the volume)."""
+    log = docker("exec", stack.container("triton"), "cat", "/cache/logs/tritonserver-8001.log")
+    line = next((row for row in log.splitlines() if "cpu engine ready" in row), "")
+    assert "fused elementwise stages" in line and built in line, line or log[-2000:]
+    return line[line.index("fused elementwise stages") :]
 
 
 def _faster(m: Measured) -> str:

@@ -23,9 +23,11 @@ def _fresh(directory: Path) -> FusedOps | None:
 def test_built_once_into_its_folder_and_loaded_from_it_after(tmp_path: Path) -> None:
     ops = _fresh(tmp_path)
     assert ops is not None and ops.lanes in LANES
+    assert ops.built.startswith("compiled in ") and str(tmp_path) in ops.built
     (library,) = tmp_path.glob("fused_ops-*.so")
     built = library.stat().st_mtime_ns
-    assert _fresh(tmp_path) is not None
+    again = _fresh(tmp_path)
+    assert again is not None and again.built == f"cached in {tmp_path}"
     assert library.stat().st_mtime_ns == built, "a restart compiled it again"
     assert [path.name for path in tmp_path.iterdir()] == [library.name], "scratch files left"
 

@@ -100,8 +100,13 @@ class DecodeStep:
         if not fused.agrees(self._norm, self.eps, self.heads, self.kv_heads, *tables):
             log.warning("fused ops: not PyTorch's bits here; the step runs PyTorch's operations")
             return False
-        log.info("fused ops: norms and RoPE fused (ATen sums %d lanes wide)", fused.lanes)
         return True
+
+    def describe(self) -> str:
+        """The start-up log line's words for how the step runs its elementwise stages."""
+        if self._fused is None:
+            return "elementwise stages as PyTorch's operations"
+        return f"fused elementwise stages ({self._fused.built}; ATen sums {self._fused.lanes} wide)"
 
     def exact_for(self, prompt_tokens: int) -> bool:
         """Whether `prefill` of a prompt's twin rows is the model forward's bit for bit: its

@@ -66,8 +66,9 @@ def default_dir() -> Path:
 class FusedOps:
     """The compiled stages, over contiguous bfloat16 tensors."""
 
-    def __init__(self, library: ctypes.CDLL, lanes: int) -> None:
+    def __init__(self, library: ctypes.CDLL, lanes: int, built: str = "") -> None:
         self.library = library
+        self.built = built  # how the library came to be: compiled now (and in how long), or cached
         self._norm = library.add_rms_norm
         self._norm.argtypes = [_P, _P, _P, _P, _L, _L, ctypes.c_float, ctypes.c_int]
         self._rope = library.rope
@@ -166,9 +167,9 @@ def _random(shape: tuple[int, int], attempt: int, generator: torch.Generator) ->
     return x.to(torch.bfloat16)
 
 
-def _library(directory: Path) -> Path:
+def _library(directory: Path) -> tuple[Path, str]:
     """The compiled library in `directory`, compiled there first unless a build of this source
-    with these flags for this CPU already is."""
+    with these flags for this CPU already is; and which of the two happened, in words."""
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
         raise FileNotFoundError("no C compiler (cc) on PATH")
@@ -177,16 +178,17 @@ def _library(directory: Path) -> Path:
                                      " ".join(sorted(cpu_flags())).encode()]))  # fmt: skip
     library = directory / f"fused_ops-{key.hexdigest()[:16]}.so"
     if library.exists():
-        return library
+        return library, f"cached in {directory}"
     directory.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=directory) as scratch:  # no half-written library
-        built = Path(scratch) / library.name
-        subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)], check=True,
+        output = Path(scratch) / library.name
+        subprocess.run([compiler, *FLAGS, "-o", str(output), str(SOURCE)], check=True,
                        capture_output=True, text=True)  # fmt: skip
-        os.replace(built, library)
-    log.info("fused ops: compiled %s in %.1f s (cold)", library, time.monotonic() - started)
-    return library
+        os.replace(output, library)
+    built = f"compiled in {time.monotonic() - started:.1f} s (cold), cached in {directory}"
+    log.info("fused ops: %s", built)
+    return library, built
 
 
 @functools.cache
@@ -194,14 +196,15 @@ def load(directory: Path | None = None) -> FusedOps | None:
     """The fused stages, built into `directory` (default: the user's cache), or None where
     they cannot be built or do not sum as ATen does (logged)."""
     try:
-        library = ctypes.CDLL(str(_library(directory or default_dir())))
+        path, built = _library(directory or default_dir())
+        library = ctypes.CDLL(str(path))
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or error
         log.warning("fused ops unavailable (%s): the step runs PyTorch's operations", detail)
         return None
     # The width of ATen's float vectors in its sums (this machine's kernels, not the CPU's
     # widest: AVX-512 machines were seen summing 8 wide).
-    candidates = (FusedOps(library, lanes) for lanes in LANES)
+    candidates = (FusedOps(library, lanes, built) for lanes in LANES)
     ops = next((candidate for candidate in candidates if candidate.sums_agree()), None)
     if ops is None:
         log.warning("fused ops: ATen sums in another order here: PyTorch's operations instead")

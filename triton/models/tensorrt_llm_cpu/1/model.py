@@ -332,7 +332,8 @@ class TritonPythonModel:
         self._engine.start()
         pb_utils.Logger.log_info(
             f"cpu engine ready: {model_dir}, {describe(dtype_setting, dtype)}, "
-            f"{threads} threads, decoupled={self._decoupled}"
+            f"{threads} threads, decoupled={self._decoupled}, decoding with "
+            f"{self._engine.describe()}"
         )
 
     def _init_lora(self, model: Any, params: dict[str, str]) -> LoraRows | None:
