@@ -47,7 +47,8 @@ CacheDir = Annotated[
     Path,
     Field(
         description="Where downloads are kept (the default model, Hugging Face repositories "
-        "and adapters under CACHE_DIR/hub), with the rendered repository and server logs."
+        "and adapters under CACHE_DIR/hub), with the rendered repository, server logs and "
+        "the cpu engine's compiled kernels (CACHE_DIR/kernels)."
     ),
 ]
 CACHE_DIR = Path(".cache")
