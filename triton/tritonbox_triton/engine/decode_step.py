@@ -20,6 +20,10 @@ with the cache writes) run as one compiled pass each where fused_ops.py's kernel
 check out bit for bit, else as PyTorch's operations.
 
 Batches with LoRA adapters take the model's forward (lora_layers.py wraps its projections).
+
+Longer than 250 lines because the decode step and the prefill are the same layer arithmetic
+written twice (one row's token against a prompt's), each stage fused or as PyTorch's operations:
+kept side by side, a change to one is seen beside the other.
 """
 
 from __future__ import annotations

@@ -264,13 +264,13 @@ class InflightBatcher:
                     if not self._waiting and not self._stopping:
                         self._wakeup.wait()
 
-    @torch.inference_mode()
     def describe(self) -> str:
         """The start-up log line's words for how batches without adapters are decoded."""
         if self._fast_step is None:
             return "the model's forward"
         return f"the written-out step, {self._fast_step.describe()}"
 
+    @torch.inference_mode()
     def run_once(self) -> bool:
         """One iteration: cancellations, admissions, one decode step. False when idle."""
         self._step = dict.fromkeys(self._step, 0)
