@@ -56,6 +56,30 @@ def test_a_request_that_found_no_company_ends_the_waiting() -> None:
     assert window.wait_until(13.0, 13.0) is None
 
 
+def test_a_wave_that_ended_together_is_expected_back_whole() -> None:
+    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008)
+    window.ended(2, 10.0, idle=False)
+    window.ended(1, 10.03, idle=True)  # three ended within the window: a wave of three
+    window.arrived(10.032)
+    # The longer quiet gap while the rest of the wave is due, within the window.
+    assert window.wait_until(10.032, 10.033, waiting=1) == pytest.approx(10.052)
+    window.arrived(10.05)
+    assert window.wait_until(10.032, 10.051, waiting=2) == pytest.approx(10.07)
+    window.arrived(10.06)
+    assert window.wait_until(10.032, 10.061, waiting=3) is None  # all back: at once
+
+
+def test_only_a_wave_that_ended_just_before_is_expected() -> None:
+    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008)
+    window.ended(1, 10.0, idle=False)
+    window.ended(1, 10.05, idle=True)  # apart by more than the window: no wave
+    window.arrived(10.051)
+    assert window.wait_until(10.051, 10.051, waiting=1) is None
+    window.ended(4, 20.0, idle=True)
+    window.arrived(20.1)  # long after the wave ended: not its clients coming back
+    assert window.wait_until(20.1, 20.1, waiting=1) is None
+
+
 def test_a_burst_that_trickles_in_shares_one_prefill(
     model: Any, tokenizer: Any, make_sink: Any
 ) -> None:
@@ -76,3 +100,29 @@ def test_a_burst_that_trickles_in_shares_one_prefill(
         engine.stop()
     prefills = [stats.context for stats in steps.iterations if stats.context]
     assert prefills[-1] == 2, f"the second burst was prefilled as {prefills}"
+
+
+def test_a_wave_comes_back_to_one_prefill(model: Any, tokenizer: Any, make_sink: Any) -> None:
+    """Clients that send their next requests as their answers end: the first comes back ahead
+    of the others by more than the quiet gap, and still the wave shares one prefill."""
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4)
+    params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
+    prompt = list(tokenizer("The capital of France is")["input_ids"])
+    engine.start()
+    try:
+        sinks = [make_sink() for _ in range(3)]
+        for sink in sinks:
+            engine.submit(EngineRequest(prompt, params, sink, [], []))
+        for sink in sinks:  # the three end in one step
+            assert sink.done.wait(60)
+        again = []
+        for _ in range(3):  # 12 ms apart: past the 8 ms quiet gap, within the wave's
+            again.append(make_sink())
+            engine.submit(EngineRequest(prompt, params, again[-1], [], []))
+            time.sleep(0.012)
+        for sink in again:
+            assert sink.done.wait(60)
+    finally:
+        engine.stop()
+    prefills = [stats.context for stats in steps.iterations if stats.context]
+    assert prefills[-1] == 3, f"the wave came back prefilled as {prefills}"

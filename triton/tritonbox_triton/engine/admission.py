@@ -14,6 +14,15 @@ milliseconds after its last request. A request that waited and found no company 
 waiting: requests that come one at a time do not wait (after the first of them, once), so a
 single stream's time to first token is unchanged.
 
+A wave that ends together announces the next one: clients that wait for their answers (a chat
+front end, a load generator, any closed loop) send their next requests as their streams end,
+and through the api those arrive over ~25 ms, the first a few ms ahead of the others, so an
+8 ms quiet gap split such a wave into a lone prefill and one for the rest (the rest then waited
+for both). So when the batch empties with several requests ending in one step, the engine
+expects as many back: it waits for them with the longer `WAVE_QUIET_S` gap, still within
+`WINDOW_S` of the first, and starts the moment the last of them has arrived rather than after a
+quiet gap.
+
 Triton's own dynamic batcher has the same knob (`max_queue_delay_microseconds`), fixed.
 """
 
@@ -23,6 +32,7 @@ import math
 
 WINDOW_S = 0.04
 QUIET_S = 0.008
+WAVE_QUIET_S = 0.02
 MEMORY_S = 30.0
 
 
@@ -37,6 +47,10 @@ class BurstWindow:
         self._memory_s = memory_s
         self._last_arrival = -math.inf
         self._burst_seen = -math.inf
+        self._wave_ended = -math.inf  # when the batch last emptied with several ending at once
+        self._expected = 0  # how many requests that wave's clients are expected to send back
+        self._ending = 0  # requests ended in steps less than `window_s` apart, up to the last
+        self._last_end = -math.inf
 
     def arrived(self, now: float) -> None:
         """A request arrived at `now` (time.monotonic())."""
@@ -44,14 +58,31 @@ class BurstWindow:
             self._burst_seen = now
         self._last_arrival = now
 
-    def wait_until(self, first_arrival: float, now: float) -> float | None:
-        """When an idle engine whose oldest waiting request arrived at `first_arrival` should
-        prefill: None for at once (no burst lately), else a time.monotonic() deadline."""
-        if now - self._burst_seen > self._memory_s:
+    def ended(self, count: int, now: float, *, idle: bool) -> None:
+        """`count` requests ended in a step at `now`; `idle`: no request runs after it."""
+        if now - self._last_end >= self._window_s:
+            self._ending = 0
+        self._ending += count
+        self._last_end = now
+        if idle and self._ending >= 2:
+            self._wave_ended, self._expected = now, self._ending
+
+    def wait_until(self, first_arrival: float, now: float, waiting: int = 1) -> float | None:
+        """When an idle engine with `waiting` requests, the oldest arrived at `first_arrival`,
+        should prefill: None for at once (no burst lately, or the expected wave is all in),
+        else a time.monotonic() deadline."""
+        quiet_s = self._quiet_s
+        # The next wave is coming. Its first request may even come in before the step that
+        # ended the last one has finished: its client had its answer from that step.
+        if abs(first_arrival - self._wave_ended) < self._window_s:
+            if waiting >= self._expected:
+                return None
+            quiet_s = max(quiet_s, WAVE_QUIET_S)
+        elif now - self._burst_seen > self._memory_s:
             return None
-        return min(first_arrival + self._window_s, self._last_arrival + self._quiet_s)
+        return min(first_arrival + self._window_s, self._last_arrival + quiet_s)
 
     def alone(self) -> None:
         """A request waited for the rest of a burst and none came: requests come one at a time
         now, and the next ones do not wait."""
-        self._burst_seen = -math.inf
+        self._burst_seen = self._wave_ended = -math.inf

@@ -296,7 +296,9 @@ class InflightBatcher:
                 return
             while not self._stopping and len(self._waiting) < self._max_batch_size:
                 # Each arrival moves the deadline (a quiet gap ends the burst), so it is asked anew.
-                until = self._bursts.wait_until(self._queue_started, time.monotonic())
+                until = self._bursts.wait_until(
+                    self._queue_started, time.monotonic(), len(self._waiting)
+                )
                 left = -1.0 if until is None else until - time.monotonic()
                 if left <= 0:
                     break
@@ -487,7 +489,10 @@ class InflightBatcher:
             if not self._advance(run, choice)
         ]
         if len(keep) != len(self._running):
+            ended = len(self._running) - len(keep)
             self._keep(keep)
+            with self._wakeup:
+                self._bursts.ended(ended, time.monotonic(), idle=not self._running)
 
     def _keep(self, keep: list[int]) -> None:
         """Only the running rows `keep`: a survivor keeps its row unless that row is past the
