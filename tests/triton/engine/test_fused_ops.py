@@ -12,7 +12,12 @@ import torch
 
 from tritonbox_triton.engine import fused_ops
 from tritonbox_triton.engine.decode_step import DecodeStep
-from tritonbox_triton.engine.fused_ops import LANES, FusedOps, rms_norm, rotary
+from tritonbox_triton.engine.fused_ops import LANES, FusedOps, rms_norm, rotary, swiglu
+
+needs_vector_exp = pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() != "AVX512",
+    reason="the fused SiLU calls the exp of ATen's AVX-512 kernels",
+)
 
 
 def _fresh(directory: Path) -> FusedOps | None:
@@ -61,6 +66,38 @@ def test_the_stages_give_pytorchs_bits_for_the_model(model: Any) -> None:
         roped = ops.rope(qkv, 12, step._cos, step._sin, positions)
         cos, sin = step.rotary(positions)
         assert torch.equal(roped, rotary(qkv[:, :768].view(rows, 12, 64), cos, sin))
+
+
+@needs_vector_exp
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_silu_gives_pytorchs_bits_on_every_path(threads: int) -> None:
+    """SiLU · up at the model's width and at widths whose rows end in ATen's scalar tail, over
+    as many rows as a step or a prefill has: ATen's threads cut the rows into chunks at other
+    places, so which values take Sleef's vector exp and which the C library's expf moves."""
+    ops = fused_ops.load()
+    assert ops is not None and ops.has_silu
+    generator = torch.Generator().manual_seed(5)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows in (1, 16, 37, 624):
+            for width in (1536, 1536 + 33, 100):
+                scale = torch.exp2(torch.randint(-8, 9, (rows, 2 * width), generator=generator))
+                gate_up = (torch.randn(rows, 2 * width, generator=generator) * scale).bfloat16()
+                fused = ops.silu_mul(gate_up, width)
+                assert torch.equal(fused, swiglu(gate_up, width)), (rows, width)
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_vector_exp
+def test_an_exp_other_than_atens_is_caught(model: Any) -> None:
+    """The check can fail: Sleef's less exact exp (3.5 ulp) rounds some SiLUs otherwise."""
+    ops = fused_ops.load()
+    assert ops is not None
+    other = FusedOps(ops.library, ops.lanes, vector_exp=fused_ops._vector_exp("Sleef_expf16_u35"))
+    assert not other.silu_agrees(1536)
+    assert ops.silu_agrees(1536)
 
 
 def test_a_sum_in_another_order_is_caught(model: Any) -> None:

@@ -16,8 +16,8 @@ engine runs). Only bfloat16 weights are prepacked: float32 `F.linear` goes throu
 sums oneDNN would round differently, so a float32 engine keeps `F.linear`.
 
 The elementwise stages between the products (a residual addition with the norm after it; RoPE
-with the cache writes) run as one compiled pass each where fused_ops.py's kernels are built and
-check out bit for bit, else as PyTorch's operations.
+with the cache writes; SiLU(gate) · up) run as one compiled pass each where fused_ops.py's
+kernels are built and check out bit for bit, else as PyTorch's operations.
 
 Batches with LoRA adapters take the model's forward (lora_layers.py wraps its projections).
 
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import decode_attention, padding_bias, prefill_attention
-from .fused_ops import FusedOps, rms_norm, rotary
+from .fused_ops import FusedOps, rms_norm, rotary, swiglu
 from .kv_batch import Layers
 from .packed_layer import PackedLayer, packed_linear
 from .prefill import own_layers, right_padded
@@ -61,12 +61,6 @@ def unsupported(model: Any) -> str | None:
     ):
         return f"rope_scaling {config.rope_scaling!r}"
     return None
-
-
-def _swiglu(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor:
-    """The MLP's SiLU(gate) · up, from one product of both (sliced: `chunk` costs more)."""
-    gate_up = layer.gate_up(x)
-    return F.silu(gate_up[..., : layer.intermediate]) * gate_up[..., layer.intermediate :]
 
 
 class DecodeStep:
@@ -94,6 +88,8 @@ class DecodeStep:
         self._cos = self._sin = torch.zeros(0, self.head_dim)  # [positions, head_dim]
         self._rope_table(config.max_position_embeddings)
         self._fused = fused if fused is not None and self._fused_agrees(fused) else None
+        intermediate = self._layers[0].intermediate
+        self._fused_silu = self._fused is not None and self._fused.silu_agrees(intermediate)
 
     def _fused_agrees(self, fused: FusedOps) -> bool:
         if self._embed.dtype != torch.bfloat16:
@@ -110,7 +106,17 @@ class DecodeStep:
         """The start-up log line's words for how the step runs its elementwise stages."""
         if self._fused is None:
             return "elementwise stages as PyTorch's operations"
-        return f"fused elementwise stages ({self._fused.built}; ATen sums {self._fused.lanes} wide)"
+        silu = "SiLU·up fused" if self._fused_silu else "SiLU·up as PyTorch's (no AVX-512 exp)"
+        return (f"fused elementwise stages ({self._fused.built}; ATen sums {self._fused.lanes} "
+                f"wide; {silu})")  # fmt: skip
+
+    def _swiglu(self, layer: PackedLayer, x: torch.Tensor) -> torch.Tensor:
+        """The MLP's SiLU(gate) · up, from one product of both (sliced: `chunk` costs more)."""
+        gate_up = layer.gate_up(x)
+        if self._fused_silu:
+            assert self._fused is not None
+            return self._fused.silu_mul(gate_up, layer.intermediate)
+        return swiglu(gate_up, layer.intermediate)
 
     def exact_for(self, prompt_tokens: int) -> bool:
         """Whether `prefill` of a prompt's twin rows is the model forward's bit for bit: its
@@ -202,7 +208,7 @@ class DecodeStep:
             )
             hidden, x = self._add_norm(hidden, layer.o(attended.reshape(rows, heads * dim)),
                                        layer.post_norm, normed)  # fmt: skip
-            hidden, x = self._add_norm(hidden, layer.down(_swiglu(layer, x)), norm, normed)
+            hidden, x = self._add_norm(hidden, layer.down(self._swiglu(layer, x)), norm, normed)
         return self._lm_head(x)
 
     def _row_writer(self, positions: torch.Tensor, keys: torch.Tensor) -> RowWriter:
@@ -285,7 +291,7 @@ class DecodeStep:
             attended = prefill_attention(q, k, v, layer.scaling)[:rows]
             attended = attended.transpose(1, 2).reshape(rows, length, heads * dim)
             hidden, x = self._add_norm(hidden, layer.o(attended), layer.post_norm)
-            hidden, x = self._add_norm(hidden, layer.down(_swiglu(layer, x)), norm)
+            hidden, x = self._add_norm(hidden, layer.down(self._swiglu(layer, x)), norm)
         last = x[torch.arange(rows), ends]  # the final norm is per position
         if rows == 1:  # never one row through a product (kv_batch.py): its twin rides along
             return self._lm_head(last.expand(2, -1))[:1], own_layers(cached, prompts)

@@ -1,9 +1,18 @@
 /* The decode step's elementwise work in one pass per layer stage, each value rounded exactly as
    PyTorch's own operations round it (fused_ops.py says why and how that is checked). Built with
-   -ffp-contract=off: a fused multiply-add would round once where PyTorch rounds twice. */
+   -ffp-contract=off: a fused multiply-add would round once where PyTorch rounds twice. Rows are
+   shared among `threads` OpenMP threads when there are enough of them (a prefill's): the
+   library is linked against the libgomp torch has loaded, so they are torch's own workers. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+/* Below this many values a pass runs on the calling thread alone: a decode step's rows are
+   cheaper to do than to share. */
+#define PARALLEL_MIN 65536
 
 typedef uint16_t bf16;
 
@@ -73,10 +82,11 @@ float aten_row_sum(const float *x, long n, int lanes) {
    LlamaRMSNorm (float32 mean of squares, rsqrt, product, back to bfloat16, times the weight).
    Returns -1 when a row is wider than this file allows. */
 int add_rms_norm(bf16 *hidden, const bf16 *delta, const bf16 *weight, bf16 *out, long rows,
-                 long columns, float eps, int lanes) {
-    float squares[MAX_COLUMNS];
+                 long columns, float eps, int lanes, int threads) {
     if (columns > MAX_COLUMNS || lanes > MAX_LANES) return -1;
+#pragma omp parallel for num_threads(threads) if (rows * columns >= PARALLEL_MIN)
     for (long r = 0; r < rows; ++r) {
+        float squares[MAX_COLUMNS];
         bf16 *h = hidden + r * columns;
         if (delta) {
             const bf16 *d = delta + r * columns;
@@ -103,8 +113,9 @@ int add_rms_norm(bf16 *hidden, const bf16 *delta, const bf16 *weight, bf16 *out,
    laid out [rows, kv_heads, columns, dim]. */
 void rope(const bf16 *qkv, long qkv_stride, long tokens, long qk_heads, long dim,
           const bf16 *cos_table, const bf16 *sin_table, const int64_t *pos, bf16 *out,
-          long kv_heads, bf16 *key_cache, bf16 *value_cache, long columns) {
+          long kv_heads, bf16 *key_cache, bf16 *value_cache, long columns, int threads) {
     long half = dim / 2;
+#pragma omp parallel for num_threads(threads) if (tokens * qk_heads * dim >= PARALLEL_MIN)
     for (long t = 0; t < tokens; ++t) {
         const bf16 *cos = cos_table + pos[t] * dim, *sin = sin_table + pos[t] * dim;
         const bf16 *row = qkv + t * qkv_stride;
@@ -136,4 +147,85 @@ void rope(const bf16 *qkv, long qkv_stride, long tokens, long qk_heads, long dim
 /* Each row's aten_row_sum, for the check that this machine's ATen sums in that order. */
 void row_sums(const float *x, float *out, long rows, long columns, int lanes) {
     for (long r = 0; r < rows; ++r) out[r] = aten_row_sum(x + r * columns, columns, lanes);
+}
+
+/* ATen's silu for a reduced float type, one value on its scalar path: std::exp, i.e. expf. */
+static inline float silu_scalar(float x) { return x / (1.0f + expf(-x)); }
+
+#ifdef __AVX512F__
+typedef __m512 (*exp16)(__m512);
+
+static inline __m512 widen16(const bf16 *p) {
+    __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+/* narrow() on 16 floats at once, NaN as ATen's vectors give it (0xffff). */
+static inline __m512 round16(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xffff0000u));
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, u, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+static inline void store16(bf16 *p, __m512 rounded) {
+    __m512i u = _mm512_srli_epi32(_mm512_castps_si512(rounded), 16);
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(u));
+}
+
+/* out[c] = up[c] * silu(gate[c]) for c in [from, to) of one row, each rounded to bfloat16 as
+   ATen rounds it: silu in float32 (x / (1 + exp(-x)), the exp Sleef's, as ATen's vectors
+   have it), then the product. Blocks of `block` values from `from` take the vector path, what
+   is left the scalar one, as ATen's loop over that piece of the row does. */
+static void silu_mul_piece(const bf16 *gate, const bf16 *up, bf16 *out, long from, long to,
+                           long block, exp16 vexp) {
+    const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
+    long c = from;
+    for (; c + block <= to; c += block)
+        for (long v = c; v < c + block; v += 16) {
+            __m512 x = widen16(gate + v);
+            __m512 silu = round16(_mm512_div_ps(x, _mm512_add_ps(one, vexp(_mm512_xor_ps(x, sign)))));
+            store16(out + v, round16(_mm512_mul_ps(silu, widen16(up + v))));
+        }
+    for (; c < to; ++c) out[c] = narrow(widen(narrow(silu_scalar(widen(gate[c])))) * widen(up[c]));
+}
+#endif
+
+/* SiLU(gate) * up of the MLP, from one product of both: row r's gate is gate_up[r * stride ..],
+   its up the `columns` values after it; out is [rows, columns]. ATen runs silu over the
+   rows x columns values in `aten_threads` chunks of one linear range (at::parallel_for's
+   split, none below its grain) and each chunk's pieces of rows in blocks of `block` values,
+   the rest of a piece scalar: which values take which path is worked out the same way, as
+   the two paths' exp differ in the last bit now and then. Returns -1 without AVX-512. */
+int silu_mul(const bf16 *gate_up, long stride, bf16 *out, long rows, long columns,
+             void *vector_exp, long block, int aten_threads, int threads) {
+#ifdef __AVX512F__
+    if (block % 16 != 0 || !vector_exp) return -1;
+    long total = rows * columns, chunks = 1;
+    if (aten_threads > 1 && total >= 32768) {  /* at::internal::GRAIN_SIZE */
+        chunks = (total + 32767) / 32768;
+        if (chunks > aten_threads) chunks = aten_threads;
+    }
+    long chunk = (total + chunks - 1) / chunks;
+#pragma omp parallel for num_threads(threads) if (total >= PARALLEL_MIN)
+    for (long r = 0; r < rows; ++r) {
+        const bf16 *gate = gate_up + r * stride;
+        long start = r * columns, end = start + columns;
+        /* The row's pieces: it is cut where a chunk ends inside it. */
+        for (long from = start; from < end;) {
+            long to = (from / chunk + 1) * chunk;
+            if (to > end) to = end;
+            silu_mul_piece(gate, gate + columns, out + r * columns, from - start, to - start,
+                           block, (exp16)vector_exp);
+            from = to;
+        }
+    }
+    return 0;
+#else
+    (void)gate_up; (void)stride; (void)out; (void)rows; (void)columns; (void)vector_exp;
+    (void)block; (void)aten_threads; (void)threads;
+    return -1;
+#endif
 }

@@ -4,12 +4,17 @@ Between its products a layer of the step runs ~30 small PyTorch operations (the 
 casts, squares, mean, rsqrt and products, the residual additions, RoPE's products, halves and
 sum, the cache writes), each a pass over the activations with a dispatch of its own: a third of
 a 16-row step, and more of a prefill (docs/cpu-engine.md). Here a residual addition and the norm
-after it are one pass (`add_rms_norm`), and RoPE with the cache writes another (`rope`).
+after it are one pass (`add_rms_norm`), RoPE with the cache writes another (`rope`), and the
+MLP's SiLU(gate) · up a third (`silu_mul`). A prefill's rows are shared among the calling
+thread's OpenMP workers: the library links the libgomp torch has loaded, so those are torch's
+own (`load` checks that no second libgomp came with it).
 
 The engine promises generate()'s tokens bit for bit, so each value is computed as PyTorch
 computes it: bfloat16 operands widened to float32, each operation's result rounded back to
-bfloat16 where PyTorch's is (round to nearest even), no fused multiply-adds, and the norm's mean
-summed in the order of ATen's CPU sum, whose vector width is this machine's. That order and
+bfloat16 where PyTorch's is (round to nearest even), no fused multiply-adds, the norm's mean
+summed in the order of ATen's CPU sum, whose vector width is this machine's, and SiLU's
+exponential the one ATen calls: Sleef's vector `expf16_u10` (exported by libtorch_cpu) where
+its vector loop runs, the C library's `expf` where its scalar tail does. That order and
 every stage are checked against PyTorch's own operations at start (`load`, `FusedOps.agrees`) on
 random inputs; where anything differs, where no C compiler is found or the dtype is not
 bfloat16, the step keeps PyTorch's operations, and says so in the log.
@@ -33,6 +38,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import rotate_half
 
 from .dtype import cpu_flags
@@ -40,9 +46,12 @@ from .dtype import cpu_flags
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("fused_ops.c")
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-shared", "-fPIC")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-lm")
 LANES = (8, 16)  # float vectors of AVX2 and AVX-512: the widths ATen's sums may run at
 TRIES = 6  # random inputs per shape in each check
+# ATen's elementwise loop takes a row's values in blocks of two bfloat16 vectors (AVX-512: 64).
+SILU_BLOCK = 64
+VECTOR_EXP = "Sleef_expf16_u10"  # what ATen's AVX-512 Vectorized<float>::exp() calls
 _SEED = 20261126
 _P, _L = ctypes.c_void_p, ctypes.c_long
 
@@ -59,6 +68,11 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + rotate_half(x) * sin
 
 
+def swiglu(gate_up: torch.Tensor, intermediate: int) -> torch.Tensor:
+    """transformers' LlamaMLP between its products: SiLU(gate) · up, from both in one tensor."""
+    return F.silu(gate_up[..., :intermediate]) * gate_up[..., intermediate:]
+
+
 def default_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonbox/kernels"
 
@@ -66,13 +80,18 @@ def default_dir() -> Path:
 class FusedOps:
     """The compiled stages, over contiguous bfloat16 tensors."""
 
-    def __init__(self, library: ctypes.CDLL, lanes: int, built: str = "") -> None:
+    def __init__(
+        self, library: ctypes.CDLL, lanes: int, built: str = "", vector_exp: int | None = None
+    ) -> None:
         self.library = library
         self.built = built  # how the library came to be: compiled now (and in how long), or cached
         self._norm = library.add_rms_norm
-        self._norm.argtypes = [_P, _P, _P, _P, _L, _L, ctypes.c_float, ctypes.c_int]
+        self._norm.argtypes = [_P, _P, _P, _P, _L, _L, ctypes.c_float, ctypes.c_int, ctypes.c_int]
         self._rope = library.rope
-        self._rope.argtypes = [_P, _L, _L, _L, _L, _P, _P, _P, _P, _L, _P, _P, _L]
+        self._rope.argtypes = [_P, _L, _L, _L, _L, _P, _P, _P, _P, _L, _P, _P, _L, ctypes.c_int]
+        self._silu_mul = library.silu_mul
+        self._silu_mul.argtypes = [_P, _L, _P, _L, _L, _P, _L, ctypes.c_int, ctypes.c_int]
+        self._vector_exp = vector_exp  # Sleef's exp in libtorch_cpu; None: no fused SiLU
         self._row_sums = library.row_sums
         self._row_sums.argtypes = [_P, _P, _L, _L, ctypes.c_int]
         self.lanes = lanes
@@ -86,7 +105,8 @@ class FusedOps:
         out = torch.empty_like(hidden) if out is None else out
         pointer = None if delta is None else delta.data_ptr()
         status = self._norm(hidden.data_ptr(), pointer, weight.data_ptr(), out.data_ptr(),
-                            hidden.numel() // columns, columns, eps, self.lanes)  # fmt: skip
+                            hidden.numel() // columns, columns, eps, self.lanes,
+                            torch.get_num_threads())  # fmt: skip
         if status:
             raise ValueError(f"fused norm: {columns} columns is more than fused_ops.c allows")
         return out
@@ -107,7 +127,23 @@ class FusedOps:
                    0 if keys is None else keys.shape[1],
                    None if keys is None else keys.data_ptr(),
                    None if values is None else values.data_ptr(),
-                   0 if keys is None else keys.shape[2])  # fmt: skip
+                   0 if keys is None else keys.shape[2], torch.get_num_threads())  # fmt: skip
+        return out
+
+    @property
+    def has_silu(self) -> bool:
+        return self._vector_exp is not None
+
+    def silu_mul(self, gate_up: torch.Tensor, intermediate: int) -> torch.Tensor:
+        """`swiglu(gate_up, intermediate)` [rows, intermediate] from the MLP's one product of
+        gate and up [rows, 2 × intermediate] (rows contiguous)."""
+        rows = gate_up.numel() // gate_up.shape[-1]
+        out = torch.empty(*gate_up.shape[:-1], intermediate, dtype=gate_up.dtype)
+        status = self._silu_mul(gate_up.data_ptr(), gate_up.stride(-2), out.data_ptr(), rows,
+                                intermediate, self._vector_exp, SILU_BLOCK,
+                                torch.get_num_threads(), torch.get_num_threads())  # fmt: skip
+        if status:
+            raise ValueError("fused SiLU: this build has no AVX-512")
         return out
 
     def agrees(self, weight: torch.Tensor, eps: float, heads: int, kv_heads: int,
@@ -121,6 +157,18 @@ class FusedOps:
             and self._rope_agrees(heads, kv_heads, cos, sin, rows, attempt, generator)
             for rows in (1, 2, 3, 16, 33, 200)
             for attempt in range(TRIES)
+        )
+
+    def silu_agrees(self, intermediate: int) -> bool:
+        """Whether `silu_mul` gives PyTorch's bits for this width, on `TRIES` random inputs per
+        row count, and on a width with a scalar tail (its expf against ATen's std::exp)."""
+        generator = torch.Generator().manual_seed(_SEED)
+        return self.has_silu and all(
+            torch.equal(self.silu_mul(gate_up, width), swiglu(gate_up, width))
+            for width in (intermediate, intermediate + 7)
+            for rows in (1, 2, 3, 16, 33, 200)
+            for attempt in range(TRIES)
+            for gate_up in [_random((rows, 2 * width), attempt, generator)]
         )
 
     def sums_agree(self, *widths: int) -> bool:
@@ -197,15 +245,40 @@ def load(directory: Path | None = None) -> FusedOps | None:
     they cannot be built or do not sum as ATen does (logged)."""
     try:
         path, built = _library(directory or default_dir())
+        libgomp = _libgomp_paths()
         library = ctypes.CDLL(str(path))
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or error
         log.warning("fused ops unavailable (%s): the step runs PyTorch's operations", detail)
         return None
+    if _libgomp_paths() != libgomp:
+        # A second OpenMP runtime would keep a second team of workers: more threads than cores.
+        log.warning("fused ops: loading them brought another libgomp; PyTorch's operations")
+        return None
     # The width of ATen's float vectors in its sums (this machine's kernels, not the CPU's
     # widest: AVX-512 machines were seen summing 8 wide).
-    candidates = (FusedOps(library, lanes, built) for lanes in LANES)
+    vector_exp = _vector_exp()
+    candidates = (FusedOps(library, lanes, built, vector_exp) for lanes in LANES)
     ops = next((candidate for candidate in candidates if candidate.sums_agree()), None)
     if ops is None:
         log.warning("fused ops: ATen sums in another order here: PyTorch's operations instead")
     return ops
+
+
+def _libgomp_paths() -> set[str]:
+    """The OpenMP runtimes mapped into this process (torch's own, once torch is imported)."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return {line.split()[-1] for line in maps if "libgomp" in line.rsplit("/", 1)[-1]}
+
+
+def _vector_exp(name: str = VECTOR_EXP) -> int | None:
+    """The address of the exp ATen's AVX-512 kernels call (`name`), where ATen runs those
+    kernels."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return None
+    try:
+        torch_cpu = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        address: int | None = ctypes.cast(getattr(torch_cpu, name), ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+    return address
