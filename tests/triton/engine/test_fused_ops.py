@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from tritonbox_triton.engine import fused_ops
+from tritonbox_triton.engine import fused_build, fused_ops
 from tritonbox_triton.engine.decode_step import DecodeStep
 from tritonbox_triton.engine.fused_ops import LANES, FusedOps, rms_norm, rotary, swiglu
 
@@ -95,7 +95,7 @@ def test_an_exp_other_than_atens_is_caught(model: Any) -> None:
     """The check can fail: Sleef's less exact exp (3.5 ulp) rounds some SiLUs otherwise."""
     ops = fused_ops.load()
     assert ops is not None
-    other = FusedOps(ops.library, ops.lanes, vector_exp=fused_ops._vector_exp("Sleef_expf16_u35"))
+    other = FusedOps(ops.library, ops.lanes, vector_exp=fused_build.vector_exp("Sleef_expf16_u35"))
     assert not other.silu_agrees(1536)
     assert ops.silu_agrees(1536)
 

@@ -19,39 +19,30 @@ every stage are checked against PyTorch's own operations at start (`load`, `Fuse
 random inputs; where anything differs, where no C compiler is found or the dtype is not
 bfloat16, the step keeps PyTorch's operations, and says so in the log.
 
-The library is compiled for this machine (`-march=native`) into a cache folder, named by a hash
-of its source, flags and CPU, so a restart loads it in milliseconds; a cold compile takes about
-a second and is logged.
+Building and caching the library: fused_build.py.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
-import os
-import shutil
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import rotate_half
 
-from .dtype import cpu_flags
+from .fused_build import build_library, default_dir, libgomp_paths
+from .fused_build import vector_exp as fused_vector_exp
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("fused_ops.c")
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-lm")
 LANES = (8, 16)  # float vectors of AVX2 and AVX-512: the widths ATen's sums may run at
 TRIES = 6  # random inputs per shape in each check
 # ATen's elementwise loop takes a row's values in blocks of two bfloat16 vectors (AVX-512: 64).
 SILU_BLOCK = 64
-VECTOR_EXP = "Sleef_expf16_u10"  # what ATen's AVX-512 Vectorized<float>::exp() calls
 _SEED = 20261126
 _P, _L = ctypes.c_void_p, ctypes.c_long
 
@@ -71,10 +62,6 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 def swiglu(gate_up: torch.Tensor, intermediate: int) -> torch.Tensor:
     """transformers' LlamaMLP between its products: SiLU(gate) · up, from both in one tensor."""
     return F.silu(gate_up[..., :intermediate]) * gate_up[..., intermediate:]
-
-
-def default_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonbox/kernels"
 
 
 class FusedOps:
@@ -215,70 +202,27 @@ def _random(shape: tuple[int, int], attempt: int, generator: torch.Generator) ->
     return x.to(torch.bfloat16)
 
 
-def _library(directory: Path) -> tuple[Path, str]:
-    """The compiled library in `directory`, compiled there first unless a build of this source
-    with these flags for this CPU already is; and which of the two happened, in words."""
-    compiler = shutil.which(os.environ.get("CC", "cc"))
-    if compiler is None:
-        raise FileNotFoundError("no C compiler (cc) on PATH")
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, *map(str.encode, FLAGS),
-                                     " ".join(sorted(cpu_flags())).encode()]))  # fmt: skip
-    library = directory / f"fused_ops-{key.hexdigest()[:16]}.so"
-    if library.exists():
-        return library, f"cached in {directory}"
-    directory.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(dir=directory) as scratch:  # no half-written library
-        output = Path(scratch) / library.name
-        subprocess.run([compiler, *FLAGS, "-o", str(output), str(SOURCE)], check=True,
-                       capture_output=True, text=True)  # fmt: skip
-        os.replace(output, library)
-    built = f"compiled in {time.monotonic() - started:.1f} s (cold), cached in {directory}"
-    log.info("fused ops: %s", built)
-    return library, built
-
-
 @functools.cache
 def load(directory: Path | None = None) -> FusedOps | None:
     """The fused stages, built into `directory` (default: the user's cache), or None where
     they cannot be built or do not sum as ATen does (logged)."""
     try:
-        path, built = _library(directory or default_dir())
-        libgomp = _libgomp_paths()
+        path, built = build_library(directory or default_dir())
+        libgomp = libgomp_paths()
         library = ctypes.CDLL(str(path))
     except (OSError, subprocess.CalledProcessError) as error:
         detail = getattr(error, "stderr", "") or error
         log.warning("fused ops unavailable (%s): the step runs PyTorch's operations", detail)
         return None
-    if _libgomp_paths() != libgomp:
+    if libgomp_paths() != libgomp:
         # A second OpenMP runtime would keep a second team of workers: more threads than cores.
         log.warning("fused ops: loading them brought another libgomp; PyTorch's operations")
         return None
     # The width of ATen's float vectors in its sums (this machine's kernels, not the CPU's
     # widest: AVX-512 machines were seen summing 8 wide).
-    vector_exp = _vector_exp()
+    vector_exp = fused_vector_exp()
     candidates = (FusedOps(library, lanes, built, vector_exp) for lanes in LANES)
     ops = next((candidate for candidate in candidates if candidate.sums_agree()), None)
     if ops is None:
         log.warning("fused ops: ATen sums in another order here: PyTorch's operations instead")
     return ops
-
-
-def _libgomp_paths() -> set[str]:
-    """The OpenMP runtimes mapped into this process (torch's own, once torch is imported)."""
-    maps = Path("/proc/self/maps").read_text().splitlines()
-    return {line.split()[-1] for line in maps if "libgomp" in line.rsplit("/", 1)[-1]}
-
-
-def _vector_exp(name: str = VECTOR_EXP) -> int | None:
-    """The address of the exp ATen's AVX-512 kernels call (`name`), where ATen runs those
-    kernels."""
-    if torch.backends.cpu.get_cpu_capability() != "AVX512":
-        return None
-    try:
-        torch_cpu = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-        address: int | None = ctypes.cast(getattr(torch_cpu, name), ctypes.c_void_p).value
-    except (OSError, AttributeError):
-        return None
-    return address

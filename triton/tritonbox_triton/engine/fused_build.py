@@ -1,0 +1,78 @@
+"""Building fused_ops.c for this machine, and finding what it links with in this process.
+
+The library is compiled for this machine (`-march=native`) into a cache folder, named by a hash
+of its source, flags and CPU, so a restart loads it in milliseconds; a cold compile takes about
+half a second and is logged. It is linked with OpenMP: the libgomp torch has already loaded (the
+same soname), so its parallel passes run on torch's own workers; `libgomp_paths` lets the loader
+check that no second runtime came with it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from .dtype import cpu_flags
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("fused_ops.c")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
+LIBRARIES = ("-lm",)  # after the source: a linker that drops unneeded libraries keeps them
+VECTOR_EXP = "Sleef_expf16_u10"  # what ATen's AVX-512 Vectorized<float>::exp() calls
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonbox/kernels"
+
+
+def build_library(directory: Path) -> tuple[Path, str]:
+    """The compiled library in `directory`, compiled there first unless a build of this source
+    with these flags for this CPU already is; and which of the two happened, in words."""
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        raise FileNotFoundError("no C compiler (cc) on PATH")
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([source, *map(str.encode, FLAGS + LIBRARIES),
+                                     " ".join(sorted(cpu_flags())).encode()]))  # fmt: skip
+    library = directory / f"fused_ops-{key.hexdigest()[:16]}.so"
+    if library.exists():
+        return library, f"cached in {directory}"
+    directory.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=directory) as scratch:  # no half-written library
+        output = Path(scratch) / library.name
+        subprocess.run([compiler, *FLAGS, "-o", str(output), str(SOURCE), *LIBRARIES], check=True,
+                       capture_output=True, text=True)  # fmt: skip
+        os.replace(output, library)
+    built = f"compiled in {time.monotonic() - started:.1f} s (cold), cached in {directory}"
+    log.info("fused ops: %s", built)
+    return library, built
+
+
+def libgomp_paths() -> set[str]:
+    """The OpenMP runtimes mapped into this process (torch's own, once torch is imported)."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return {line.split()[-1] for line in maps if "libgomp" in line.rsplit("/", 1)[-1]}
+
+
+def vector_exp(name: str = VECTOR_EXP) -> int | None:
+    """The address of the exp ATen's AVX-512 kernels call (`name`), where ATen runs those
+    kernels."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return None
+    try:
+        torch_cpu = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        address: int | None = ctypes.cast(getattr(torch_cpu, name), ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+    return address
