@@ -1,4 +1,6 @@
-"""Reading and writing predictions. Every helper takes the session first and commits its writes.
+"""Reading and writing predictions. Every helper takes the session first and commits its writes,
+except `add_prediction` and `end_predictions`: they leave the commit to their caller, so that a
+group of writes shares one (db.group_commit).
 
 Datetimes: SQLite keeps them as zone-less text. SQLModel's `UTCDateTime` column type (what the
 model's `datetime` fields map to) writes them in UTC and reads them back UTC-aware, so rows from
@@ -10,9 +12,9 @@ from elsewhere, e.g. a `Prediction` built in memory.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
-from typing import Any, overload
+from typing import Any, NotRequired, TypedDict, Unpack, overload
 
 from sqlalchemy import ColumnElement, and_, or_, update
 from sqlmodel import Session, col, select
@@ -48,94 +50,114 @@ def as_utc(moment: datetime | None) -> datetime | None:
     return moment.astimezone(UTC)
 
 
-def create_prediction(
-    *,
-    session: Session,
-    id: str,
-    source: Source,
-    model: str,
-    input: dict[str, Any],
-    applied: dict[str, Any],
-    prompt_tokens: int | None,
-    owner: str | None = None,
-    adapter_name: str | None = None,
-    adapter_sha256: str | None = None,
-) -> Prediction:
+class NewPrediction(TypedDict):
+    """A prediction that starts now: `create_prediction`'s arguments."""
+
+    id: str
+    source: Source
+    model: str
+    input: dict[str, Any]
+    applied: dict[str, Any]
+    prompt_tokens: int | None
+    owner: NotRequired[str | None]
+    adapter_name: NotRequired[str | None]
+    adapter_sha256: NotRequired[str | None]
+
+
+class Ending(TypedDict):
+    """How a prediction ended: `complete_prediction`'s arguments."""
+
+    id: str
+    status: Status
+    output: str
+    finish_reason: FinishReason | None
+    error: str | None
+    completion_tokens: int
+    time_to_first_token_s: float | None
+    total_time_s: float
+    stop_word: NotRequired[str | None]
+    choices: NotRequired[list[dict[str, Any]] | None]
+
+
+def create_prediction(*, session: Session, **new: Unpack[NewPrediction]) -> Prediction:
     """Insert a prediction that starts now (status `processing`), run by `owner` (unset = the
     api worker the session's Database serves, `session.info["owner"]`)."""
-    now = utc_now()
-    row = Prediction(
-        id=id,
-        owner=owner if owner is not None else session.info.get("owner"),
-        status=Status.PROCESSING,
-        source=source,
-        model=model,
-        input=input,
-        applied=applied,
-        prompt_tokens=prompt_tokens,
-        created_at=now,
-        started_at=now,
-        adapter_name=adapter_name,
-        adapter_sha256=adapter_sha256,
-    )
-    session.add(row)
+    row = add_prediction(session=session, **new)
     session.commit()
     return row
 
 
-def complete_prediction(
-    *,
-    session: Session,
-    id: str,
-    status: Status,
-    output: str,
-    finish_reason: FinishReason | None,
-    error: str | None,
-    completion_tokens: int,
-    time_to_first_token_s: float | None,
-    total_time_s: float,
-    stop_word: str | None = None,
-    choices: list[dict[str, Any]] | None = None,
-) -> Prediction:
+def add_prediction(*, session: Session, **new: Unpack[NewPrediction]) -> Prediction:
+    """`create_prediction` without the commit."""
+    now = utc_now()
+    row = Prediction(**new, status=Status.PROCESSING, created_at=now, started_at=now)
+    if row.owner is None:
+        row.owner = session.info.get("owner")
+    session.add(row)
+    return row
+
+
+def complete_prediction(*, session: Session, **ending: Unpack[Ending]) -> Prediction:
     """Record how a prediction ended, with its derived metrics.
 
     Only a running prediction is completed: one already finished is returned unchanged, so a
     cancel racing the normal end (or a second call) cannot overwrite the first ending.
     Raises LookupError when there is no such prediction.
     """
+    end_predictions(session=session, endings=[ending])
+    session.commit()
+    row = get_prediction(session=session, id=ending["id"])
+    if row is None:
+        raise LookupError(f"prediction {ending['id']} not found")
+    return row
+
+
+def end_predictions(*, session: Session, endings: Sequence[Ending]) -> None:
+    """`complete_prediction` for several predictions, without the commit or the read back.
+
+    One UPDATE executed for each ending in turn (executemany), each conditional on the row still
+    running: the check and the write cannot be split by another writer, and when two endings of
+    one prediction come together the first one stays.
+    """
+    if not endings:
+        return
+    # The ORM's bulk UPDATE by primary key, the running check added to each row's WHERE (which
+    # turns off its rowcount check: a finished row is no error). The check is spelled as
+    # equalities: an IN list is expanded at each execution, which executemany refuses. The rows
+    # are read back by the caller: matching them against objects in the session first (the
+    # ORM's default) is wasted work, a fifth of a lone write's CPU under load.
+    running = or_(*(col(Prediction.status) == status for status in RUNNING))
+    session.execute(
+        update(Prediction).where(running).execution_options(synchronize_session=False),
+        [_ending_values(ending, utc_now()) for ending in endings],
+    )
+
+
+def _ending_values(ending: Ending, completed_at: datetime) -> dict[str, Any]:
+    status = ending["status"]
     if not status.finished:
         raise ValueError(f"status: a prediction ends succeeded, failed or canceled, not {status}")
+    tokens, total = ending["completion_tokens"], ending["total_time_s"]
+    first = ending["time_to_first_token_s"]
     per_token = None
-    if completion_tokens > 1 and time_to_first_token_s is not None:
+    if tokens > 1 and first is not None:
         # The first token's time is the prefill's; the rest are one decoding step each.
-        per_token = (total_time_s - time_to_first_token_s) / (completion_tokens - 1)
-    # One conditional UPDATE: the check and the write cannot be split by another writer.
-    session.execute(
-        update(Prediction)
-        .where(col(Prediction.id) == id, col(Prediction.status).in_(RUNNING))
-        .values(
-            status=status,
-            output=output,
-            finish_reason=finish_reason,
-            stop_word=stop_word,
-            choices=choices,
-            error=error,
-            completion_tokens=completion_tokens,
-            time_to_first_token_s=time_to_first_token_s,
-            time_per_output_token_s=per_token,
-            total_time_s=total_time_s,
-            tokens_per_second=completion_tokens / total_time_s if total_time_s > 0 else None,
-            completed_at=utc_now(),
-        )
-        # The row is read back below: matching it against objects in the session first (the
-        # ORM's default) is wasted work, a fifth of this write's CPU under load.
-        .execution_options(synchronize_session=False)
+        per_token = (total - first) / (tokens - 1)
+    return dict(
+        id=ending["id"],
+        status=status,
+        output=ending["output"],
+        finish_reason=ending["finish_reason"],
+        stop_word=ending.get("stop_word"),
+        choices=ending.get("choices"),
+        error=ending["error"],
+        completion_tokens=tokens,
+        time_to_first_token_s=first,
+        time_per_output_token_s=per_token,
+        total_time_s=total,
+        tokens_per_second=tokens / total if total > 0 else None,
+        completed_at=completed_at,
     )
-    session.commit()
-    row = get_prediction(session=session, id=id)
-    if row is None:
-        raise LookupError(f"prediction {id} not found")
-    return row
 
 
 def update_output(*, session: Session, id: str, output: str) -> bool:
@@ -152,6 +174,13 @@ def update_output(*, session: Session, id: str, output: str) -> bool:
 def get_prediction(*, session: Session, id: str) -> Prediction | None:
     # populate_existing: a row this session already holds is read again, not served stale.
     return session.get(Prediction, id, populate_existing=True)
+
+
+def get_predictions(*, session: Session, ids: Collection[str]) -> dict[str, Prediction]:
+    """The predictions with these ids (in one query), by id; a missing one is left out."""
+    query = select(Prediction).where(col(Prediction.id).in_(ids))
+    rows = session.exec(query.execution_options(populate_existing=True))
+    return {row.id: row for row in rows}
 
 
 def recover_interrupted(*, session: Session, live_workers: Collection[str] = ()) -> int:

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -144,9 +144,14 @@ class Database:
     async def run(self, fn: Callable[[Session], T]) -> T:
         """Run `fn` with a fresh session on a writer thread (on SQLite, the one writer: writes
         one after another)."""
+        return await asyncio.wrap_future(self.submit(fn))
+
+    def submit(self, fn: Callable[[Session], T]) -> Future[T]:
+        """`run` without waiting: `fn` is queued on a writer thread and runs whether or not
+        anyone awaits it (the group commit's drains, db.group_commit)."""
         if self._writer is None:
             raise DatabaseClosedError(f"database {self.name} is not open")
-        return await asyncio.get_running_loop().run_in_executor(self._writer, self._call, fn)
+        return self._writer.submit(self._call, fn)
 
     async def read(self, fn: Callable[[Session], T]) -> T:
         """Run `fn` with a fresh session on a reader thread; `fn` must not write."""

@@ -24,10 +24,9 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from sqlmodel import Session
-
 from tritonbox_api import metrics
 from tritonbox_api.db import crud
+from tritonbox_api.db.group_commit import PredictionWrites
 from tritonbox_api.db.models import FinishReason, Prediction, Source, Status, utc_now
 from tritonbox_api.db.session import Database
 from tritonbox_api.protocol.errors import ApiError
@@ -120,7 +119,8 @@ class PredictionService:
         log_predictions: bool = True,
     ) -> None:
         self._gateway = gateway
-        self._database = database
+        # Its inserts and completions: those that pile up on the writer share one commit.
+        self._writes = PredictionWrites(database)
         self._max_concurrent = max_concurrent
         self._log = log_predictions
         self._running: dict[str, RunningPrediction] = {}
@@ -188,7 +188,7 @@ class PredictionService:
     def _insert(self, record: Prediction) -> asyncio.Task[Any] | None:
         if not self._log:
             return None
-        row: dict[str, Any] = dict(
+        insert = self._writes.create(
             id=record.id,
             source=record.source,
             model=record.model,
@@ -198,12 +198,8 @@ class PredictionService:
             adapter_name=record.adapter_name,
             adapter_sha256=record.adapter_sha256,
         )
-
-        def insert(session: Session) -> Prediction:
-            return crud.create_prediction(session=session, **row)
-
         # Not awaited before generating: the insert overlaps the engine's prefill.
-        return asyncio.create_task(self._database.run(insert))
+        return asyncio.create_task(insert)
 
     async def _produce(
         self, running: RunningPrediction, record: Prediction, tokenizer: Any
@@ -405,13 +401,9 @@ class PredictionService:
         values = self._values(record, outcome, progress, total_time_s)
         if inserted is None:
             return completed_in_memory(record, values)
-
-        def complete(session: Session) -> Prediction:
-            return crud.complete_prediction(session=session, **values)
-
         try:
             await inserted
-            return await self._database.run(complete)
+            return await self._writes.complete(**values)
         except Exception:
             log.exception("could not save prediction %s", record.id)
             return completed_in_memory(record, values)

@@ -128,6 +128,32 @@ def test_complete_checks_its_arguments(session: Session) -> None:
         _complete(session, "missing")
 
 
+def test_end_predictions_in_turn_committed_by_the_caller(
+    database: Database, session: Session
+) -> None:
+    first, second = new_prediction(session), new_prediction(session)
+    endings: list[crud.Ending] = [
+        dict(id=first.id, status=Status.CANCELED, output="", finish_reason=FinishReason.CANCELED,
+             error=None, completion_tokens=0, time_to_first_token_s=None, total_time_s=0.5),
+        dict(id=first.id, status=Status.SUCCEEDED, output="late", finish_reason=FinishReason.STOP,
+             error=None, completion_tokens=3, time_to_first_token_s=0.1, total_time_s=1.0),
+        dict(id=second.id, status=Status.SUCCEEDED, output="b", finish_reason=FinishReason.STOP,
+             error=None, completion_tokens=3, time_to_first_token_s=0.1, total_time_s=1.0),
+    ]  # fmt: skip
+    crud.end_predictions(session=session, endings=endings)
+    session.rollback()  # nothing is committed for the caller
+    rows = crud.get_predictions(session=session, ids=[first.id, second.id, "missing"])
+    assert {row.status for row in rows.values()} == {Status.PROCESSING}
+    crud.end_predictions(session=session, endings=endings)
+    session.commit()
+    with database.session() as other:
+        rows = crud.get_predictions(session=other, ids=[first.id, second.id, "missing"])
+    assert set(rows) == {first.id, second.id}
+    # In turn: the first ending of a prediction stays, the later one finds it ended.
+    assert rows[first.id].status is Status.CANCELED and rows[first.id].output == ""
+    assert rows[second.id].tokens_per_second == pytest.approx(3.0)
+
+
 def test_update_output(session: Session) -> None:
     row = new_prediction(session)
     assert crud.update_output(session=session, id=row.id, output="Hi")

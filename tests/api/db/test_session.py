@@ -72,6 +72,19 @@ def test_calls_run_off_the_event_loop(database: Database) -> None:
     assert writer != reader
 
 
+def test_submitted_calls_run_without_a_waiter(database: Database) -> None:
+    async def main() -> int:
+        return await asyncio.wrap_future(database.submit(lambda _: threading.get_ident()))
+
+    submitted = database.submit(lambda session: new_prediction(session, "unawaited"))
+    writer = asyncio.run(main())
+    assert submitted.result(timeout=10).id == "unawaited"
+    assert writer != threading.get_ident()
+    database.close()
+    with pytest.raises(DatabaseClosedError):
+        database.submit(lambda _: None)
+
+
 def test_uncommitted_changes_are_rolled_back(database: Database) -> None:
     def forgetful(session: Session) -> None:
         session.add(Prediction(id="x", source=Source.API, model="m"))

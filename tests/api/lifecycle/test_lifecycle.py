@@ -161,17 +161,16 @@ def test_cancel_during_the_final_write_still_releases_everything(
     make_stack: Callable[..., Any],
 ) -> None:
     async def scenario(stack: Any) -> None:
-        database = stack.services.database
+        writes = stack.services.predictions._writes  # the row's completion goes there
         writing, release = asyncio.Event(), asyncio.Event()
-        real_run = database.run
+        real_complete = writes.complete
 
-        async def slow_run(fn: Any) -> Any:
-            if getattr(fn, "__name__", "") == "complete":
-                writing.set()
-                await release.wait()
-            return await real_run(fn)
+        async def slow_complete(**ending: Any) -> Any:
+            writing.set()
+            await release.wait()
+            return await real_complete(**ending)
 
-        database.run = slow_run
+        writes.complete = slow_complete
         body = {"input": {"prompt": PROMPT, "max_tokens": 3}}
         exchange = stack.call("POST", "/v1/predictions", body)
         await asyncio.wait_for(writing.wait(), 10)
