@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .params import SamplingParams
+from .truncation import draw_index, kept_ids
 from .words import WordRules
 
 if TYPE_CHECKING:  # xgrammar is imported by whoever compiles guides (model.py), not here
@@ -85,56 +86,32 @@ def _apply_penalties(logits: torch.Tensor, state: SequenceState) -> None:
         logits[ids] -= params.presence_penalty + params.frequency_penalty * counts
 
 
-# top-p first looks only at the tokens at least this fraction as likely as the best, and sorts
-# the whole vocabulary only when they hold less than top_p of the mass: a full sort of 49,152
-# logits per sampled row and step doubled a batch of 8's step time.
-TOP_P_CANDIDATE_RATIO = 1e-4
+def _greedy_token(logits: torch.Tensor, words: WordRules, context: list[int]) -> int:
+    """The best token that completes no bad word (`logits` changed in place)."""
+    for _ in range(MAX_REJECTIONS):
+        token = int(torch.argmax(logits))
+        if not words.completes_bad_word(context, token):
+            return token
+        logits[token] = float("-inf")
+        if torch.isneginf(logits).all():
+            return token
+    return int(torch.argmax(logits))
 
 
-def _top_p_removed(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """transformers' TopPLogitsWarper's mask: sorted ascending, drop the tokens whose cumulative
-    mass is at most 1 - top_p, always keep the best."""
-    probs = logits.softmax(dim=-1)
-    candidates = (probs >= probs.max() * TOP_P_CANDIDATE_RATIO).nonzero().flatten()
-    tail = 1.0 - float(probs[candidates].sum())
-    # Everything else is dropped for sure when its whole mass is below the threshold (with room
-    # for float32 rounding); decide among the candidates, whose ascending cumulative mass starts
-    # from that tail.
-    if tail < (1 - top_p) - 1e-4:
-        ascending, order = torch.sort(probs[candidates])
-        remove = (tail + ascending.cumsum(dim=-1)) <= (1 - top_p)
-        remove[-1] = False
-        removed = torch.ones_like(logits, dtype=torch.bool)
-        removed[candidates[order[~remove]]] = False
-        return removed
-    sorted_logits, order = torch.sort(logits, descending=False)
-    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-    remove = cumulative <= (1 - top_p)
-    remove[-1] = False
-    return remove.scatter(0, order, remove)
-
-
-def _draw(logits: torch.Tensor, generator: torch.Generator) -> int:
-    """One token by inverse CDF over the softmax of `logits`: one uniform number from the
-    request's generator. Only the tokens top-k and top-p left (finite logits, usually a few) are
-    exponentiated, in float64; the scale of the weights does not matter, the point is drawn on
-    their sum. (torch.multinomial draws one exponential number per vocabulary entry, 49,152 per
-    token: three quarters of a sampled row's time.)"""
-    kept = (logits > float("-inf")).nonzero().flatten()
-    values = logits[kept].double()
-    cumulative = (values - values.max()).exp().cumsum(dim=0)
-    point = torch.rand((), generator=generator, dtype=torch.float64) * cumulative[-1]
-    index = torch.searchsorted(cumulative, point, right=True)
-    return int(kept[index.clamp(max=kept.numel() - 1)])
-
-
-def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    if top_k > 0 and top_k < logits.numel():
-        threshold = torch.topk(logits, top_k).values[-1]
-        logits = logits.masked_fill(logits < threshold, float("-inf"))
-    if 0.0 < top_p < 1.0:
-        logits = logits.masked_fill(_top_p_removed(logits, top_p), float("-inf"))
-    return logits
+def _sampled_token(
+    kept: torch.Tensor, values: torch.Tensor, state: SequenceState, context: list[int]
+) -> int:
+    """A token drawn among `kept` (ascending ids; `values` their logits) that completes no bad
+    word: a rejected one leaves the draw, as if its logit were -inf."""
+    for _ in range(MAX_REJECTIONS):
+        token = int(kept[draw_index(values, state.generator)])
+        if not state.words.completes_bad_word(context, token):
+            return token
+        still = kept != token
+        kept, values = kept[still], values[still]
+        if kept.numel() == 0:
+            return token
+    return int(kept[torch.argmax(values)])
 
 
 def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
@@ -163,18 +140,11 @@ def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
     if not params.greedy:
         logits = logits.div_(params.temperature)  # the row is this call's to change
     logprobs = torch.log_softmax(logits, dim=-1)
-    if not params.greedy:
-        logits = _filter_top_k_top_p(logits, params.top_k, params.top_p)
-
-    for _ in range(MAX_REJECTIONS):
-        token = int(torch.argmax(logits)) if params.greedy else _draw(logits, state.generator)
-        if not state.words.completes_bad_word(context, token):
-            break
-        logits[token] = float("-inf")
-        if torch.isneginf(logits).all():
-            break
+    if params.greedy:
+        token = _greedy_token(logits, state.words, context)
     else:
-        token = int(torch.argmax(logits))
+        kept = kept_ids(logits, params.top_k, params.top_p)
+        token = _sampled_token(kept, logits[kept], state, context)
     if guide is not None:
         guide.accept(token)  # the mask allowed it, so the matcher takes it
     choice = TokenChoice(token=token, logprob=float(logprobs[token]))
