@@ -15,6 +15,29 @@ from tritonbox_triton.engine.scheduler import EngineRequest
 EOS = 2
 
 
+def _submitted(
+    engine: Any,
+    prompt: list[int],
+    params: SamplingParams,
+    make_sink: Any,
+    *,
+    count: int,
+    gap_s: float,
+) -> list[Any]:
+    """`count` requests submitted `gap_s` apart; their sinks."""
+    sinks = []
+    for _ in range(count):
+        sinks.append(make_sink())
+        engine.submit(EngineRequest(prompt, params, sinks[-1], [], []))
+        time.sleep(gap_s)
+    return sinks
+
+
+def _served(sinks: list[Any]) -> None:
+    for sink in sinks:
+        assert sink.done.wait(60)
+
+
 def test_requests_one_at_a_time_never_wait() -> None:
     window = BurstWindow(window_s=0.02, memory_s=30.0)
     for now in (10.0, 11.0, 12.5):
@@ -89,13 +112,7 @@ def test_a_burst_that_trickles_in_shares_one_prefill(
     engine.start()
     try:
         for _ in range(2):  # two bursts of two requests 5 ms apart: the first shows bursts come
-            sinks = []
-            for _ in range(2):
-                sinks.append(make_sink())
-                engine.submit(EngineRequest(prompt, params, sinks[-1], [], []))
-                time.sleep(0.005)
-            for sink in sinks:
-                assert sink.done.wait(60)
+            _served(_submitted(engine, prompt, params, make_sink, count=2, gap_s=0.005))
     finally:
         engine.stop()
     prefills = [stats.context for stats in steps.iterations if stats.context]
@@ -110,18 +127,10 @@ def test_a_wave_comes_back_to_one_prefill(model: Any, tokenizer: Any, make_sink:
     prompt = list(tokenizer("The capital of France is")["input_ids"])
     engine.start()
     try:
-        sinks = [make_sink() for _ in range(3)]
-        for sink in sinks:
-            engine.submit(EngineRequest(prompt, params, sink, [], []))
-        for sink in sinks:  # the three end in one step
-            assert sink.done.wait(60)
-        again = []
-        for _ in range(3):  # 12 ms apart: past the 8 ms quiet gap, within the wave's
-            again.append(make_sink())
-            engine.submit(EngineRequest(prompt, params, again[-1], [], []))
-            time.sleep(0.012)
-        for sink in again:
-            assert sink.done.wait(60)
+        # Three that end in one step, then three back 12 ms apart: past the 8 ms quiet gap,
+        # within the wave's.
+        _served(_submitted(engine, prompt, params, make_sink, count=3, gap_s=0.0))
+        _served(_submitted(engine, prompt, params, make_sink, count=3, gap_s=0.012))
     finally:
         engine.stop()
     prefills = [stats.context for stats in steps.iterations if stats.context]
