@@ -20,10 +20,17 @@ from tritonbox_triton.engine.sampling import (
     choose_tokens,
     plain_greedy,
 )
-from tritonbox_triton.engine.truncation import draw, filter_top_k_top_p, kept_ids
+from tritonbox_triton.engine.truncation import draw_index, filter_top_k_top_p, kept_ids
 from tritonbox_triton.engine.words import WordRules
 
 VOCAB = 64
+
+
+def _draw_masked(logits: torch.Tensor, generator: torch.Generator) -> int:
+    """A token drawn over a row whose removed tokens are -inf (as choose_token drew before
+    `kept_ids`)."""
+    kept = (logits > float("-inf")).nonzero().flatten()
+    return int(kept[draw_index(logits[kept], generator)])
 
 
 def state(**params: float | int) -> SequenceState:
@@ -118,7 +125,7 @@ def test_a_draw_follows_the_distribution_and_never_takes_a_removed_token() -> No
     logits = torch.full((1000,), float("-inf"))  # what top-k and top-p removed is -inf
     logits[[3, 500, 999]] = torch.tensor([0.2, 0.5, 0.3]).log() + 7.0  # any scale
     generator = torch.Generator().manual_seed(0)
-    draws = Counter(draw(logits, generator) for _ in range(4000))
+    draws = Counter(_draw_masked(logits, generator) for _ in range(4000))
     assert set(draws) == {3, 500, 999}
     for token, share in ((3, 0.2), (500, 0.5), (999, 0.3)):
         assert abs(draws[token] / 4000 - share) < 0.03
@@ -165,7 +172,7 @@ def _drawn_as_before(logits: torch.Tensor, seq: SequenceState) -> int:
         logits[token] = float("-inf")
     filtered = filter_top_k_top_p(logits, seq.params.top_k, seq.params.top_p)
     for _ in range(32):
-        token = draw(filtered, seq.generator)
+        token = _draw_masked(filtered, seq.generator)
         if not seq.words.completes_bad_word(context, token):
             return token
         filtered[token] = float("-inf")

@@ -48,23 +48,16 @@ def top_p_removed(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def draw_index(values: torch.Tensor, generator: torch.Generator) -> int:
-    """Which of `values` (finite logits) one uniform number from `generator` picks, by inverse
-    CDF over their softmax, exponentiated in float64; the scale of the weights does not matter,
-    the point is drawn on their sum."""
+    """Which of `values` (the finite logits top-k and top-p left, usually a few) one uniform
+    number from `generator` picks, by inverse CDF over their softmax, exponentiated in float64;
+    the scale of the weights does not matter, the point is drawn on their sum.
+    (torch.multinomial draws one exponential number per vocabulary entry, 49,152 per token:
+    three quarters of a sampled row's time.)"""
     values = values.double()
     cumulative = (values - values.max()).exp().cumsum(dim=0)
     point = torch.rand((), generator=generator, dtype=torch.float64) * cumulative[-1]
     index = torch.searchsorted(cumulative, point, right=True)
     return int(index.clamp(max=values.numel() - 1))
-
-
-def draw(logits: torch.Tensor, generator: torch.Generator) -> int:
-    """One token by inverse CDF over the softmax of `logits`: one uniform number from the
-    request's generator. Only the tokens top-k and top-p left (finite logits, usually a few) are
-    exponentiated. (torch.multinomial draws one exponential number per vocabulary entry, 49,152
-    per token: three quarters of a sampled row's time.)"""
-    kept = (logits > float("-inf")).nonzero().flatten()
-    return int(kept[draw_index(logits[kept], generator)])
 
 
 def kept_ids(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
