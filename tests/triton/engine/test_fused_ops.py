@@ -72,8 +72,8 @@ def test_the_stages_give_pytorchs_bits_for_the_model(model: Any) -> None:
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_silu_gives_pytorchs_bits_on_every_path(threads: int) -> None:
     """SiLU · up at the model's width and at widths whose rows end in ATen's scalar tail, over
-    as many rows as a step or a prefill has: ATen's threads cut the rows into chunks at other
-    places, so which values take Sleef's vector exp and which the C library's expf moves."""
+    as many rows as a step or a prefill has, with ATen's threads cutting the rows into chunks
+    at other places (which values take which of its two exp paths moves with them)."""
     ops = fused_ops.load()
     assert ops is not None and ops.has_silu
     generator = torch.Generator().manual_seed(5)
@@ -92,12 +92,16 @@ def test_silu_gives_pytorchs_bits_on_every_path(threads: int) -> None:
 
 @needs_vector_exp
 def test_an_exp_other_than_atens_is_caught(model: Any) -> None:
-    """The check can fail: Sleef's less exact exp (3.5 ulp) rounds some SiLUs otherwise."""
+    """The check can fail: with another of Sleef's exponentials (2^x) in place of ATen's."""
     ops = fused_ops.load()
     assert ops is not None
-    other = FusedOps(ops.library, ops.lanes, vector_exp=fused_build.vector_exp("Sleef_expf16_u35"))
+    other = FusedOps(ops.library, ops.lanes, vector_exp=fused_build.vector_exp("Sleef_exp2f16_u10"))
+    assert other.has_silu, "libtorch_cpu exports no Sleef_exp2f16_u10: the check below is moot"
     assert not other.silu_agrees(1536)
     assert ops.silu_agrees(1536)
+    step = DecodeStep(model, other)  # the other stages still fused, SiLU·up as PyTorch's
+    assert step._fused is other and not step._fused_silu
+    assert step.describe().endswith("SiLU·up as PyTorch's)")
 
 
 def test_a_sum_in_another_order_is_caught(model: Any) -> None:

@@ -88,8 +88,7 @@ class DecodeStep:
         self._cos = self._sin = torch.zeros(0, self.head_dim)  # [positions, head_dim]
         self._rope_table(config.max_position_embeddings)
         self._fused = fused if fused is not None and self._fused_agrees(fused) else None
-        intermediate = self._layers[0].intermediate
-        self._fused_silu = self._fused is not None and self._fused.silu_agrees(intermediate)
+        self._fused_silu = self._fused is not None and self._silu_agrees(self._fused)
 
     def _fused_agrees(self, fused: FusedOps) -> bool:
         if self._embed.dtype != torch.bfloat16:
@@ -102,11 +101,21 @@ class DecodeStep:
             return False
         return True
 
+    def _silu_agrees(self, fused: FusedOps) -> bool:
+        if not fused.has_silu:  # logged by describe(), in the ready line
+            return False
+        if not fused.silu_agrees(self._layers[0].intermediate):
+            log.warning("fused ops: SiLU·up not PyTorch's bits here; it runs PyTorch's")
+            return False
+        return True
+
     def describe(self) -> str:
         """The start-up log line's words for how the step runs its elementwise stages."""
         if self._fused is None:
             return "elementwise stages as PyTorch's operations"
-        silu = "SiLU·up fused" if self._fused_silu else "SiLU·up as PyTorch's (no AVX-512 exp)"
+        silu = "SiLU·up fused" if self._fused_silu else "SiLU·up as PyTorch's"
+        if not self._fused.has_silu:
+            silu += " (no AVX-512 exp)"
         return (f"fused elementwise stages ({self._fused.built}; ATen sums {self._fused.lanes} "
                 f"wide; {silu})")  # fmt: skip
 

@@ -175,57 +175,38 @@ static inline void store16(bf16 *p, __m512 rounded) {
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(u));
 }
 
-/* out[c] = up[c] * silu(gate[c]) for c in [from, to) of one row, each rounded to bfloat16 as
-   ATen rounds it: silu in float32 (x / (1 + exp(-x)), the exp Sleef's, as ATen's vectors
-   have it), then the product. Blocks of `block` values from `from` take the vector path, what
-   is left the scalar one, as ATen's loop over that piece of the row does. */
-static void silu_mul_piece(const bf16 *gate, const bf16 *up, bf16 *out, long from, long to,
-                           long block, exp16 vexp) {
-    const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
-    long c = from;
-    for (; c + block <= to; c += block)
-        for (long v = c; v < c + block; v += 16) {
-            __m512 x = widen16(gate + v);
-            __m512 silu = round16(_mm512_div_ps(x, _mm512_add_ps(one, vexp(_mm512_xor_ps(x, sign)))));
-            store16(out + v, round16(_mm512_mul_ps(silu, widen16(up + v))));
-        }
-    for (; c < to; ++c) out[c] = narrow(widen(narrow(silu_scalar(widen(gate[c])))) * widen(up[c]));
-}
 #endif
 
 /* SiLU(gate) * up of the MLP, from one product of both: row r's gate is gate_up[r * stride ..],
-   its up the `columns` values after it; out is [rows, columns]. ATen runs silu over the
-   rows x columns values in `aten_threads` chunks of one linear range (at::parallel_for's
-   split, none below its grain) and each chunk's pieces of rows in blocks of `block` values,
-   the rest of a piece scalar: which values take which path is worked out the same way, as
-   the two paths' exp differ in the last bit now and then. Returns -1 without AVX-512. */
+   its up the `columns` values after it; out is [rows, columns], rows shared among `threads`.
+   Each value rounded to bfloat16 as ATen rounds it: SiLU in float32 (x / (1 + exp(-x))), then
+   the product. ATen's exp is Sleef's where its loop runs in vectors and expf in each piece's
+   scalar tail; here it is Sleef's for 16 values at a time and expf for a row's last few. For
+   every bfloat16 input the two give the same bfloat16 SiLU, so which values take which path
+   does not matter: fused_ops.py checks that, for all 65,536 of them, at start. Returns -1
+   without AVX-512. */
 int silu_mul(const bf16 *gate_up, long stride, bf16 *out, long rows, long columns,
-             void *vector_exp, long block, int aten_threads, int threads) {
+             void *vector_exp, int threads) {
 #ifdef __AVX512F__
-    if (block % 16 != 0 || !vector_exp) return -1;
-    long total = rows * columns, chunks = 1;
-    if (aten_threads > 1 && total >= 32768) {  /* at::internal::GRAIN_SIZE */
-        chunks = (total + 32767) / 32768;
-        if (chunks > aten_threads) chunks = aten_threads;
-    }
-    long chunk = (total + chunks - 1) / chunks;
-#pragma omp parallel for num_threads(threads) if (total >= PARALLEL_MIN)
+    if (!vector_exp) return -1;
+    exp16 vexp = (exp16)vector_exp;
+    const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
+#pragma omp parallel for num_threads(threads) if (rows * columns >= PARALLEL_MIN)
     for (long r = 0; r < rows; ++r) {
-        const bf16 *gate = gate_up + r * stride;
-        long start = r * columns, end = start + columns;
-        /* The row's pieces: it is cut where a chunk ends inside it. */
-        for (long from = start; from < end;) {
-            long to = (from / chunk + 1) * chunk;
-            if (to > end) to = end;
-            silu_mul_piece(gate, gate + columns, out + r * columns, from - start, to - start,
-                           block, (exp16)vector_exp);
-            from = to;
+        const bf16 *gate = gate_up + r * stride, *up = gate + columns;
+        bf16 *o = out + r * columns;
+        long c = 0;
+        for (; c + 16 <= columns; c += 16) {
+            __m512 x = widen16(gate + c);
+            __m512 silu = round16(_mm512_div_ps(x, _mm512_add_ps(one, vexp(_mm512_xor_ps(x, sign)))));
+            store16(o + c, round16(_mm512_mul_ps(silu, widen16(up + c))));
         }
+        for (; c < columns; ++c) o[c] = narrow(widen(narrow(silu_scalar(widen(gate[c])))) * widen(up[c]));
     }
     return 0;
 #else
     (void)gate_up; (void)stride; (void)out; (void)rows; (void)columns; (void)vector_exp;
-    (void)block; (void)aten_threads; (void)threads;
+    (void)threads;
     return -1;
 #endif
 }

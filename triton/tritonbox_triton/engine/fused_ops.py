@@ -13,8 +13,9 @@ The engine promises generate()'s tokens bit for bit, so each value is computed a
 computes it: bfloat16 operands widened to float32, each operation's result rounded back to
 bfloat16 where PyTorch's is (round to nearest even), no fused multiply-adds, the norm's mean
 summed in the order of ATen's CPU sum, whose vector width is this machine's, and SiLU's
-exponential the one ATen calls: Sleef's vector `expf16_u10` (exported by libtorch_cpu) where
-its vector loop runs, the C library's `expf` where its scalar tail does. That order and
+exponential the ones ATen calls: Sleef's vector `expf16_u10` (exported by libtorch_cpu) and
+the C library's `expf` (its scalar tails), which give the same bfloat16 SiLU for every
+bfloat16 input here (checked for all of them at start). That order and
 every stage are checked against PyTorch's own operations at start (`load`, `FusedOps.agrees`) on
 random inputs; where anything differs, where no C compiler is found or the dtype is not
 bfloat16, the step keeps PyTorch's operations, and says so in the log.
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 
 LANES = (8, 16)  # float vectors of AVX2 and AVX-512: the widths ATen's sums may run at
 TRIES = 6  # random inputs per shape in each check
-# ATen's elementwise loop takes a row's values in blocks of two bfloat16 vectors (AVX-512: 64).
-SILU_BLOCK = 64
 _SEED = 20261126
 _P, _L = ctypes.c_void_p, ctypes.c_long
 
@@ -77,7 +76,7 @@ class FusedOps:
         self._rope = library.rope
         self._rope.argtypes = [_P, _L, _L, _L, _L, _P, _P, _P, _P, _L, _P, _P, _L, ctypes.c_int]
         self._silu_mul = library.silu_mul
-        self._silu_mul.argtypes = [_P, _L, _P, _L, _L, _P, _L, ctypes.c_int, ctypes.c_int]
+        self._silu_mul.argtypes = [_P, _L, _P, _L, _L, _P, ctypes.c_int]
         self._vector_exp = vector_exp  # Sleef's exp in libtorch_cpu; None: no fused SiLU
         self._row_sums = library.row_sums
         self._row_sums.argtypes = [_P, _P, _L, _L, ctypes.c_int]
@@ -127,8 +126,8 @@ class FusedOps:
         rows = gate_up.numel() // gate_up.shape[-1]
         out = torch.empty(*gate_up.shape[:-1], intermediate, dtype=gate_up.dtype)
         status = self._silu_mul(gate_up.data_ptr(), gate_up.stride(-2), out.data_ptr(), rows,
-                                intermediate, self._vector_exp, SILU_BLOCK,
-                                torch.get_num_threads(), torch.get_num_threads())  # fmt: skip
+                                intermediate, self._vector_exp,
+                                torch.get_num_threads())  # fmt: skip
         if status:
             raise ValueError("fused SiLU: this build has no AVX-512")
         return out
@@ -147,15 +146,29 @@ class FusedOps:
         )
 
     def silu_agrees(self, intermediate: int) -> bool:
-        """Whether `silu_mul` gives PyTorch's bits for this width, on `TRIES` random inputs per
-        row count, and on a width with a scalar tail (its expf against ATen's std::exp)."""
+        """Whether `silu_mul` gives PyTorch's bits: for every finite bfloat16 gate value on
+        each of its paths against each of ATen's (rows of 16 values: its vector path against
+        ATen's scalar one; 64: both vector; 15: both scalar), then at this width with tails
+        on `TRIES` random inputs per row count."""
         generator = torch.Generator().manual_seed(_SEED)
-        return self.has_silu and all(
-            torch.equal(self.silu_mul(gate_up, width), swiglu(gate_up, width))
+        every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+        gates = every[every.float().isfinite()]  # 65,280 values: a multiple of 15, 16 and 64
+        exhaustive = (
+            torch.cat(
+                [gates.view(-1, width), _random((gates.numel() // width, width), 1, generator)], 1
+            )
+            for width in (16, 64, 15)
+        )
+        random = (
+            _random((rows, 2 * width), attempt, generator)
             for width in (intermediate, intermediate + 7)
             for rows in (1, 2, 3, 16, 33, 200)
             for attempt in range(TRIES)
-            for gate_up in [_random((rows, 2 * width), attempt, generator)]
+        )
+        return self.has_silu and all(
+            torch.equal(self.silu_mul(gate_up, half), swiglu(gate_up, half))
+            for gate_up in (*exhaustive, *random)
+            for half in [gate_up.shape[1] // 2]
         )
 
     def sums_agree(self, *widths: int) -> bool:
