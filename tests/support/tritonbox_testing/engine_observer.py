@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from tritonbox_triton.engine.admission import BurstWindow
 from tritonbox_triton.engine.params import EngineLimits
 from tritonbox_triton.engine.scheduler import InflightBatcher
 from tritonbox_triton.engine.stats import IterationStats
@@ -35,12 +36,14 @@ class RecordedEngine(NamedTuple):
     steps: IterationRecorder
 
 
-def recorded_engine(model: Any, tokenizer: Any, *, max_batch_size: int) -> RecordedEngine:
+def recorded_engine(
+    model: Any, tokenizer: Any, *, max_batch_size: int, bursts: BurstWindow | None = None
+) -> RecordedEngine:
     """An engine over `model` (256 prompt tokens, 64 new ones, 10,000 cached) whose iterations
-    are recorded; not started."""
+    are recorded; not started. `bursts`: its admission window (None: the served one)."""
     steps = IterationRecorder()
     engine = InflightBatcher(
         model, text_decoder(tokenizer), EngineLimits(256, 64, 10_000),
-        max_batch_size=max_batch_size, observer=steps,
+        max_batch_size=max_batch_size, observer=steps, bursts=bursts,
     )  # fmt: skip
     return RecordedEngine(engine, steps)

@@ -15,6 +15,12 @@ from tritonbox_triton.engine.scheduler import EngineRequest
 EOS = 2
 
 
+def _slow_motion() -> BurstWindow:
+    """The served window slowed tenfold: the engine tests' own timing (a late sleep, a step of a
+    loaded machine) must not decide which requests share a prefill, only the window's logic."""
+    return BurstWindow(window_s=0.4, memory_s=30.0, quiet_s=0.08, wave_quiet_s=0.2)
+
+
 def _submitted(
     engine: Any,
     prompt: list[int],
@@ -106,13 +112,13 @@ def test_only_a_wave_that_ended_just_before_is_expected() -> None:
 def test_a_burst_that_trickles_in_shares_one_prefill(
     model: Any, tokenizer: Any, make_sink: Any
 ) -> None:
-    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4)
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4, bursts=_slow_motion())
     params = SamplingParams(max_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
     prompt = list(tokenizer("The capital of France is")["input_ids"])
     engine.start()
     try:
-        for _ in range(2):  # two bursts of two requests 5 ms apart: the first shows bursts come
-            _served(_submitted(engine, prompt, params, make_sink, count=2, gap_s=0.005))
+        for _ in range(2):  # two bursts of two requests 20 ms apart: the first shows bursts come
+            _served(_submitted(engine, prompt, params, make_sink, count=2, gap_s=0.02))
     finally:
         engine.stop()
     prefills = [stats.context for stats in steps.iterations if stats.context]
@@ -122,15 +128,15 @@ def test_a_burst_that_trickles_in_shares_one_prefill(
 def test_a_wave_comes_back_to_one_prefill(model: Any, tokenizer: Any, make_sink: Any) -> None:
     """Clients that send their next requests as their answers end: the first comes back ahead
     of the others by more than the quiet gap, and still the wave shares one prefill."""
-    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4)
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4, bursts=_slow_motion())
     params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
     prompt = list(tokenizer("The capital of France is")["input_ids"])
     engine.start()
     try:
-        # Three that end in one step, then three back 12 ms apart: past the 8 ms quiet gap,
-        # within the wave's.
+        # Three that end together, then three back 120 ms apart: past the 80 ms quiet gap,
+        # within the wave's 200 ms.
         _served(_submitted(engine, prompt, params, make_sink, count=3, gap_s=0.0))
-        _served(_submitted(engine, prompt, params, make_sink, count=3, gap_s=0.012))
+        _served(_submitted(engine, prompt, params, make_sink, count=3, gap_s=0.12))
     finally:
         engine.stop()
     prefills = [stats.context for stats in steps.iterations if stats.context]

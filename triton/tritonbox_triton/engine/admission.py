@@ -40,10 +40,15 @@ class BurstWindow:
     """Tells an idle engine until when to wait for the rest of a burst."""
 
     def __init__(
-        self, window_s: float = WINDOW_S, memory_s: float = MEMORY_S, quiet_s: float = QUIET_S
+        self,
+        window_s: float = WINDOW_S,
+        memory_s: float = MEMORY_S,
+        quiet_s: float = QUIET_S,
+        wave_quiet_s: float = WAVE_QUIET_S,
     ) -> None:
         self._window_s = window_s
         self._quiet_s = quiet_s
+        self._wave_quiet_s = wave_quiet_s
         self._memory_s = memory_s
         self._last_arrival = -math.inf
         self._burst_seen = -math.inf
@@ -77,7 +82,7 @@ class BurstWindow:
         if abs(first_arrival - self._wave_ended) < self._window_s:
             if waiting >= self._expected:
                 return None
-            quiet_s = max(quiet_s, WAVE_QUIET_S)
+            quiet_s = max(quiet_s, self._wave_quiet_s)
         elif now - self._burst_seen > self._memory_s:
             return None
         return min(first_arrival + self._window_s, self._last_arrival + quiet_s)

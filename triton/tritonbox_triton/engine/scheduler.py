@@ -140,6 +140,7 @@ class InflightBatcher:
         lora_rows: LoraRows | None = None,
         threads: int = 0,
         kernel_dir: Path | None = None,
+        bursts: BurstWindow | None = None,
     ) -> None:
         self._model = model
         self._threads = threads  # torch threads of the engine's thread (0: torch's default)
@@ -167,7 +168,8 @@ class InflightBatcher:
         self._iteration = 0
         self._clients_asked = 0.0
         self._step = {"context": 0, "context_tokens": 0, "generation": 0}
-        self._bursts = BurstWindow()
+        # bursts: how long an idle engine waits for the rest of a burst (None: admission.py's).
+        self._bursts = bursts or BurstWindow()
         self._queue_started = 0.0  # when the oldest waiting request arrived
 
     def submit(self, request: EngineRequest) -> bool:
