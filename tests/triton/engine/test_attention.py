@@ -1,6 +1,7 @@
-"""The engine's attention: PyTorch's fused attention's numbers, causal for a prompt, and a
-decode row's result the same bits alone (as `generate()`'s reference computes it) and in a
-right-padded batch beside rows of other lengths, on the fused path and the float64 fallback."""
+"""The engine's attention: the attention's numbers, causal for a prompt, and a decode row's result
+the same bits alone (as `generate()`'s reference computes it) and in a right-padded batch beside
+rows of other lengths, with the compiled decode kernel, PyTorch's fused path and the float64
+fallback."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tritonbox_triton.engine import attention
+from tritonbox_triton.engine import attention, fused_build, fused_ops
 from tritonbox_triton.engine.attention import (
     BLOCKS,
-    decode_attention,
+    KERNEL,
+    DecodeAttention,
     decode_width,
     engine_attention,
-    padding_bias,
+    model_kernel,
     padding_block,
 )
+from tritonbox_triton.engine.decode_kernel import DecodeKernel, decode_kernel
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
 GROUPS = HEADS // KV_HEADS
@@ -26,13 +29,46 @@ def randn(*shape: int, seed: int, dtype: torch.dtype = torch.bfloat16) -> torch.
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
-@pytest.fixture(params=["fused", "float64"])
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def compiled() -> DecodeKernel | None:
+    return decode_kernel(fused_ops.load(None), torch.bfloat16, KV_HEADS, GROUPS, DIM)
+
+
+@pytest.fixture(params=["compiled", "fused", "float64"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> DecodeKernel | None:
+    """The decode kernel the attention layers carry (`load_model`), None for PyTorch's paths."""
+    if request.param == "compiled":
+        kernel = compiled()
+        if kernel is None:
+            pytest.skip("no compiled decode attention on this machine")
+        return kernel
     if request.param == "float64":
         monkeypatch.setattr(attention, "padding_block", lambda *shape: None)
     elif padding_block(torch.bfloat16, KV_HEADS, GROUPS, DIM) is None:
         pytest.skip("no padding block keeps the fused kernel's bits on this machine")
-    return str(request.param)
+    return None
+
+
+def layer(kernel: DecodeKernel | None) -> torch.nn.Module:
+    """An attention layer as `load_model` leaves it."""
+    module = torch.nn.Module()
+    setattr(module, KERNEL, kernel)
+    return module
+
+
+def test_the_engines_model_decodes_with_the_compiled_kernel_here(model: object) -> None:
+    """On the machines this was built on (AVX-512) `load_model` gives it to every layer."""
+    assert isinstance(model_kernel(model), DecodeKernel)  # type: ignore[arg-type]
+
+
+def test_the_kernels_check_can_fail() -> None:
+    """exp2 in place of exp: the softmax is wrong, and the start-up check says so."""
+    ops = fused_ops.load(None)
+    assert ops is not None
+    exp2 = fused_build.vector_exp("Sleef_exp2f16_u10")
+    assert exp2 is not None
+    wrong = fused_ops.FusedOps(ops.library, ops.lanes, vector_exp=exp2)
+    assert not DecodeKernel(wrong).agrees(KV_HEADS, GROUPS, DIM)
+    assert DecodeKernel(ops).agrees(KV_HEADS, GROUPS, DIM)
 
 
 def test_bfloat16_keeps_its_bits_with_a_block_here() -> None:
@@ -40,20 +76,20 @@ def test_bfloat16_keeps_its_bits_with_a_block_here() -> None:
     assert padding_block(torch.bfloat16, KV_HEADS, GROUPS, DIM) in BLOCKS
 
 
-def test_a_prompt_is_causal(path: str) -> None:
+def test_a_prompt_is_causal(path: DecodeKernel | None) -> None:
     q, k, v = (
         randn(2, HEADS, 7, DIM, seed=1),
         randn(2, KV_HEADS, 7, DIM, seed=2),
         randn(2, KV_HEADS, 7, DIM, seed=3),
     )
-    mine, _ = engine_attention(torch.nn.Module(), q, k, v, None, scaling=DIM**-0.5)
+    mine, _ = engine_attention(layer(path), q, k, v, None, scaling=DIM**-0.5)
     expected = F.scaled_dot_product_attention(
         q.double(), k.double(), v.double(), is_causal=True, enable_gqa=True
     ).transpose(1, 2)
     torch.testing.assert_close(mine.double(), expected, rtol=2e-2, atol=2e-2)
 
 
-def test_a_decode_row_has_the_same_bits_alone_and_in_any_batch(path: str) -> None:
+def test_a_decode_row_has_the_same_bits_alone_and_in_any_batch(path: DecodeKernel | None) -> None:
     """Alone: the reference's unpadded keys through transformers' interface, twin rows. In a
     batch: right-padded to the batch's width with garbage past each row's length, as the
     engine's cache holds rows that left before."""
@@ -64,26 +100,59 @@ def test_a_decode_row_has_the_same_bits_alone_and_in_any_batch(path: str) -> Non
     values = randn(rows, KV_HEADS, width, DIM, seed=5)
     query = randn(rows, KV_HEADS, GROUPS, DIM, seed=6)
     valid = torch.arange(width)[None, :] < lengths[:, None]
-    batched = decode_attention(query, keys, values, padding_bias(valid, query.dtype), DIM**-0.5)
+    batched = DecodeAttention(valid, query.dtype, path)(query, keys, values, DIM**-0.5)
     for row, length in enumerate(lengths.tolist()):
         twins = query[row : row + 1].reshape(1, HEADS, 1, DIM).expand(2, -1, -1, -1)
         own_keys = keys[row : row + 1, :, :length].expand(2, -1, -1, -1)
         own_values = values[row : row + 1, :, :length].expand(2, -1, -1, -1)
-        alone, _ = engine_attention(
-            torch.nn.Module(), twins, own_keys, own_values, None, scaling=DIM**-0.5
-        )
+        alone, _ = engine_attention(layer(path), twins, own_keys, own_values, None,
+                                    scaling=DIM**-0.5)  # fmt: skip
         assert torch.equal(alone[0, 0], batched[row].reshape(HEADS, DIM)), f"row of {length} keys"
 
 
-def test_the_fused_decode_is_the_attention() -> None:
-    lengths = torch.tensor([5, 33])
+def test_the_decode_is_the_attention(path: DecodeKernel | None) -> None:
+    lengths = torch.tensor([5, 33, 16, 47])
     width = 48
-    keys, values = randn(2, KV_HEADS, width, DIM, seed=7), randn(2, KV_HEADS, width, DIM, seed=8)
-    query = randn(2, KV_HEADS, GROUPS, DIM, seed=9)
+    keys, values = randn(4, KV_HEADS, width, DIM, seed=7), randn(4, KV_HEADS, width, DIM, seed=8)
+    query = randn(4, KV_HEADS, GROUPS, DIM, seed=9)
     valid = torch.arange(width)[None, :] < lengths[:, None]
-    mine = decode_attention(query, keys, values, padding_bias(valid, query.dtype), DIM**-0.5)
+    mine = DecodeAttention(valid, query.dtype, path)(query, keys, values, DIM**-0.5)
     for row, length in enumerate(lengths.tolist()):
         expected = F.scaled_dot_product_attention(
             query[row].double(), keys[row, :, :length].double(), values[row, :, :length].double()
         )
-        torch.testing.assert_close(mine[row].double(), expected, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(mine[row].double(), expected.flatten(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_compiled_kernel_is_as_close_to_float64_as_pytorchs() -> None:
+    """Rounded once from float32 (PyTorch's fused path rounds its softmax's weights to bfloat16
+    before the values product): on random rows of up to 600 keys, at least as close."""
+    kernel = compiled()
+    if kernel is None:
+        pytest.skip("no compiled decode attention on this machine")
+    lengths = torch.randint(1, 600, (16,), generator=torch.Generator().manual_seed(10))
+    width = decode_width(int(lengths.max()), torch.bfloat16, KV_HEADS, GROUPS, DIM)
+    keys = randn(16, KV_HEADS, width, DIM, seed=11)
+    values = randn(16, KV_HEADS, width, DIM, seed=12)
+    query = randn(16, KV_HEADS, GROUPS, DIM, seed=13)
+    valid = torch.arange(width)[None, :] < lengths[:, None]
+    exact = torch.cat([
+        F.scaled_dot_product_attention(query[row].double(), keys[row, :, :length].double(),
+                                       values[row, :, :length].double()).flatten()[None]
+        for row, length in enumerate(lengths.tolist())
+    ])  # fmt: skip
+    errors = {
+        name: (DecodeAttention(valid, query.dtype, k)(query, keys, values, DIM**-0.5).double()
+               - exact).abs().mean().item()
+        for name, k in (("compiled", kernel), ("pytorch", None))
+    }  # fmt: skip
+    assert errors["compiled"] <= errors["pytorch"], errors
+
+
+def test_the_compiled_kernel_refuses_keys_that_do_not_start_at_column_0() -> None:
+    kernel = compiled()
+    if kernel is None:
+        pytest.skip("no compiled decode attention on this machine")
+    left_padded = torch.tensor([[False, True, True], [True, True, True]])
+    with pytest.raises(ValueError, match="from column 0"):
+        DecodeAttention(left_padded, torch.bfloat16, kernel)

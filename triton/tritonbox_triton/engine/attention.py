@@ -1,26 +1,32 @@
-"""The engine's attention: PyTorch's fused attention, called so that a row's result does not
-depend on its batch neighbours.
+"""The engine's attention, called so that a row's result does not depend on its batch neighbours.
 
-A decode batch pads its rows to one length and masks the padding. The fused CPU kernel's sums
-over a row's keys depend on how many columns it is given: the vector tail of the softmax and the
-blocking of the values product move with the length, so the same row padded to another length
-rounds differently, and in bfloat16 those last bits survive the rounding of every layer's output
-(a batched request drifted from its answer alone within 20 tokens). They do not move when the
+A decode step's attention (one query per head and row) is the compiled pass of
+decode_kernel.py where it is built and checks out: each row over its own keys only, in float32,
+rounded once, so a row's bits are its own by construction. `load_model` attaches it to the
+model's attention layers, so the engine's step and the model's forward (`generate()`'s
+reference in the tests, adapter batches) both run it.
+
+Elsewhere (no AVX-512, no compiler, float32) it is PyTorch's fused attention, and a decode batch
+pads its rows to one length and masks the padding. The fused CPU kernel's sums over a row's keys
+depend on how many columns it is given: the vector tail of the softmax and the blocking of the
+values product move with the length, so the same row padded to another length rounds
+differently, and in bfloat16 those last bits survive the rounding of every layer's output (a
+batched request drifted from its answer alone within 20 tokens). They do not move when the
 padding comes after the row's keys in whole blocks of columns: measured here, bfloat16 rows
 right-padded by multiples of 16 columns kept their bits in 1,345 of 1,345 tries (lengths up to
 1,100, garbage in the masked columns), float32 ones only by multiples of 512.
 
-So a row's attention is *defined* over its keys right-padded to a multiple of `padding_block`
-columns, alone or in a batch: the engine's cache keeps each row's keys from column 0
-(kv_batch.py) and decodes over a multiple of the block, and `generate()`'s reference (this
-function, registered with transformers) pads its own keys the same way. Which block holds is
-checked once per dtype and shape on random rows at start (`padding_block`), as the kernels are
-the machine's; where no block holds, attention runs in float64, where the order of a sum is far
-below the rounding that follows (0.4 ms a layer for 16 rows of 200 columns on 2 cores, against
-0.3 ms fused: the previous way, kept as the fallback).
+So there a row's attention is *defined* over its keys right-padded to a multiple of
+`padding_block` columns, alone or in a batch: the engine's cache keeps each row's keys from
+column 0 (kv_batch.py) and decodes over a multiple of the block, and `generate()`'s reference
+(this function, registered with transformers) pads its own keys the same way. Which block holds
+is checked once per dtype and shape on random rows at start (`padding_block`), as the kernels
+are the machine's; where no block holds, attention runs in float64, where the order of a sum is
+far below the rounding that follows (0.4 ms a layer for 16 rows of 200 columns on 2 cores,
+against 0.3 ms fused).
 
 A prompt's prefill (several queries) is causal and unpadded, or right-padded, which causality
-already hides from every real query.
+already hides from every real query: PyTorch's fused attention in either case.
 """
 
 from __future__ import annotations
@@ -35,9 +41,13 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AutoModelForCausalLM, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from . import fused_ops
+from .decode_kernel import DecodeKernel, DecodeRows, decode_kernel
+
 log = logging.getLogger(__name__)
 
 ATTENTION = "tritonbox_padded"
+KERNEL = "tritonbox_decode_kernel"  # the attribute of an attention layer that holds the kernel
 BLOCKS = (16, 512)  # tried in this order; 512 is the fused kernel's block of keys
 _CHECK_SEED = 20261126
 
@@ -103,20 +113,43 @@ def decode_width(columns: int, query_dtype: torch.dtype, kv_heads: int, groups: 
     return _round_up(columns, padding_block(query_dtype, kv_heads, groups, dim) or 1)
 
 
-def decode_attention(
+def _padded_attention(
     query: torch.Tensor,  # [rows, kv heads, groups, dim]: a row's heads by the kv head they read
     keys: torch.Tensor,  # [rows, kv heads, columns, dim], each row's keys from column 0
     values: torch.Tensor,
     bias: torch.Tensor,  # [rows, columns], the query's dtype: `padding_bias`
     scaling: float,
 ) -> torch.Tensor:
-    """One query per head and row over `decode_width` columns: [rows, kv heads, groups, dim]."""
+    """PyTorch's attention over `decode_width` columns: [rows, kv heads, groups, dim]."""
     _, kv_heads, groups, dim = query.shape
     if padding_block(query.dtype, kv_heads, groups, dim) is not None:
         return _fused(query, keys, values, bias, scaling)
     scores = torch.matmul(query.double(), keys.double().transpose(-1, -2)) * scaling
     scores = scores + bias.double()[:, None, None, :]
     return torch.matmul(scores.softmax(-1), values.double()).to(query.dtype)
+
+
+class DecodeAttention:
+    """A decode step's attention, one query per head and row, for rows whose keys start at
+    column 0: `valid` (bool [rows, columns]) marks each row's keys, a prefix of its columns."""
+
+    def __init__(self, valid: torch.Tensor, dtype: torch.dtype, kernel: DecodeKernel | None):
+        self._kernel = kernel
+        if kernel is not None:
+            lengths = valid.sum(1)
+            if not torch.equal(valid, torch.arange(valid.shape[1]) < lengths[:, None]):
+                raise ValueError("a decode row attends its keys from column 0, unpadded before")
+            self._rows = DecodeRows(lengths)
+        else:  # made once per step: a boolean mask is converted inside every layer's call
+            self._bias = padding_bias(valid, dtype)
+
+    def __call__(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                 scaling: float) -> torch.Tensor:  # fmt: skip
+        """`query` [rows, kv heads, groups, dim] (a row's heads by the kv head they read) over
+        `keys`/`values` [rows, kv heads, columns, dim]: [rows, heads × dim]."""
+        if self._kernel is not None:
+            return self._kernel(query, keys, values, self._rows, scaling)
+        return _padded_attention(query, keys, values, self._bias, scaling).flatten(1)
 
 
 def prefill_attention(
@@ -174,8 +207,8 @@ def engine_attention(
             key, value = F.pad(key, pad), F.pad(value, pad)
             valid = F.pad(valid, (0, width - columns), value=False)
         grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
-        bias = padding_bias(valid, query.dtype)
-        output = decode_attention(grouped, key, value, bias, scale).reshape(batch, heads, 1, dim)
+        attention = DecodeAttention(valid, query.dtype, getattr(module, KERNEL, None))
+        output = attention(grouped, key, value, scale).reshape(batch, heads, 1, dim)
     return output.transpose(1, 2).contiguous(), None
 
 
@@ -184,10 +217,26 @@ AttentionInterface.register(ATTENTION, engine_attention)
 AttentionMaskInterface.register(ATTENTION, functools.partial(sdpa_mask, allow_is_causal_skip=True))
 
 
-def load_model(model_dir: Path | str, dtype: torch.dtype) -> PreTrainedModel:
-    """The checkpoint as the engine runs it: `dtype` weights, this attention, eval mode."""
+def load_model(
+    model_dir: Path | str, dtype: torch.dtype, kernel_dir: Path | None = None
+) -> PreTrainedModel:
+    """The checkpoint as the engine runs it: `dtype` weights, this attention (with the decode
+    kernel built into `kernel_dir` where it checks out, fused_build.py), eval mode."""
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=dtype, attn_implementation=ATTENTION
     )
     model.eval()
+    config = model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kernel = decode_kernel(fused_ops.load(kernel_dir), dtype, kv_heads, heads // kv_heads, dim)
+    for module in model.modules():
+        if type(module).__name__.endswith("Attention"):
+            setattr(module, KERNEL, kernel)
     return model
+
+
+def model_kernel(model: PreTrainedModel) -> DecodeKernel | None:
+    """The decode kernel `load_model` gave this model's attention layers, if any."""
+    layers = [module for module in model.modules() if hasattr(module, KERNEL)]
+    return getattr(layers[0], KERNEL) if layers else None

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .attention import decode_attention, padding_bias, prefill_attention
+from .attention import DecodeAttention, model_kernel, prefill_attention
 from .fused_ops import FusedOps, rms_norm, rotary, swiglu
 from .kv_batch import Layers
 from .packed_layer import PackedLayer, packed_linear
@@ -89,6 +89,7 @@ class DecodeStep:
         self._rope_table(config.max_position_embeddings)
         self._fused = fused if fused is not None and self._fused_agrees(fused) else None
         self._fused_silu = self._fused is not None and self._silu_agrees(self._fused)
+        self._attention_kernel = model_kernel(model)  # also the model forward's (attention.py)
 
     def _fused_agrees(self, fused: FusedOps) -> bool:
         if self._embed.dtype != torch.bfloat16:
@@ -110,14 +111,16 @@ class DecodeStep:
         return True
 
     def describe(self) -> str:
-        """The start-up log line's words for how the step runs its elementwise stages."""
+        """The start-up log line's words for how the step runs its attention and elementwise
+        stages."""
+        attention = "compiled" if self._attention_kernel else "PyTorch's"
         if self._fused is None:
-            return "elementwise stages as PyTorch's operations"
+            return f"{attention} decode attention, elementwise stages as PyTorch's operations"
         silu = "SiLU·up fused" if self._fused_silu else "SiLU·up as PyTorch's"
         if not self._fused.has_silu:
             silu += " (no AVX-512 exp)"
-        return (f"fused elementwise stages ({self._fused.built}; ATen sums {self._fused.lanes} "
-                f"wide; {silu})")  # fmt: skip
+        return (f"{attention} decode attention, fused elementwise stages ({self._fused.built}; "
+                f"ATen sums {self._fused.lanes} wide; {silu})")  # fmt: skip
 
     def _swiglu(self, layer: PackedLayer, x: torch.Tensor) -> torch.Tensor:
         """The MLP's SiLU(gate) · up, from one product of both (sliced: `chunk` costs more)."""
@@ -200,7 +203,7 @@ class DecodeStep:
         if rows > keys.shape[1] or last >= keys.shape[3]:  # the fused writes do not check
             raise ValueError(f"{rows} rows to column {last}: past the cache {tuple(keys.shape)}")
         self._rope_table(last + 1)
-        bias = padding_bias(valid, self._embed.dtype)
+        attention = DecodeAttention(valid, self._embed.dtype, self._attention_kernel)
         write = self._row_writer(positions, keys)
         hidden = F.embedding(ids, self._embed)
         normed = torch.empty_like(hidden)  # each norm's output, read by the product after it
@@ -208,15 +211,13 @@ class DecodeStep:
         for index, (layer, norm) in enumerate(zip(self._layers, self._norms(), strict=True)):
             layer_keys, layer_values = keys[index], values[index]
             query = write(layer.qkv(x), layer_keys, layer_values)
-            attended = decode_attention(
+            attended = attention(
                 query.reshape(rows, kv_heads, heads // kv_heads, dim),
                 layer_keys[:rows, :, :width],
                 layer_values[:rows, :, :width],
-                bias,
                 layer.scaling,
             )
-            hidden, x = self._add_norm(hidden, layer.o(attended.reshape(rows, heads * dim)),
-                                       layer.post_norm, normed)  # fmt: skip
+            hidden, x = self._add_norm(hidden, layer.o(attended), layer.post_norm, normed)
             hidden, x = self._add_norm(hidden, layer.down(self._swiglu(layer, x)), norm, normed)
         return self._lm_head(x)
 

@@ -1,4 +1,5 @@
-"""Building fused_ops.c for this machine, and finding what it links with in this process.
+"""Building the engine's C library (fused_ops.c, decode_attention.c) for this machine, and finding
+what it links with in this process.
 
 The library is compiled for this machine (`-march=native`) into a cache folder, named by a hash
 of its source, flags and CPU, so a restart loads it in milliseconds; a cold compile takes about
@@ -25,7 +26,8 @@ from .dtype import cpu_flags
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("fused_ops.c")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("fused_ops.c", "decode_attention.c"))
+HEADERS = (Path(__file__).with_name("bf16.h"),)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 LIBRARIES = ("-lm",)  # after the source: a linker that drops unneeded libraries keeps them
 VECTOR_EXP = "Sleef_expf16_u10"  # what ATen's AVX-512 Vectorized<float>::exp() calls
@@ -41,8 +43,8 @@ def build_library(directory: Path) -> tuple[Path, str]:
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
         raise FileNotFoundError("no C compiler (cc) on PATH")
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, *map(str.encode, FLAGS + LIBRARIES),
+    texts = [path.read_bytes() for path in SOURCES + HEADERS]
+    key = hashlib.sha256(b"\0".join([*texts, *map(str.encode, FLAGS + LIBRARIES),
                                      " ".join(sorted(cpu_flags())).encode()]))  # fmt: skip
     library = directory / f"fused_ops-{key.hexdigest()[:16]}.so"
     if library.exists():
@@ -51,8 +53,8 @@ def build_library(directory: Path) -> tuple[Path, str]:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=directory) as scratch:  # no half-written library
         output = Path(scratch) / library.name
-        subprocess.run([compiler, *FLAGS, "-o", str(output), str(SOURCE), *LIBRARIES], check=True,
-                       capture_output=True, text=True)  # fmt: skip
+        subprocess.run([compiler, *FLAGS, "-o", str(output), *map(str, SOURCES), *LIBRARIES],
+                       check=True, capture_output=True, text=True)  # fmt: skip
         os.replace(output, library)
     built = f"compiled in {time.monotonic() - started:.1f} s (cold), cached in {directory}"
     log.info("fused ops: %s", built)

@@ -4,33 +4,12 @@
    shared among `threads` OpenMP threads when there are enough of them (a prefill's): the
    library is linked against the libgomp torch has loaded, so they are torch's own workers. */
 #include <math.h>
-#include <stdint.h>
-#include <string.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
+
+#include "bf16.h"
 
 /* Below this many values a pass runs on the calling thread alone: a decode step's rows are
    cheaper to do than to share. */
 #define PARALLEL_MIN 65536
-
-typedef uint16_t bf16;
-
-static inline float widen(bf16 h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* float -> bfloat16, round to nearest even (c10::BFloat16's conversion). */
-static inline bf16 narrow(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-    u += ((u >> 16) & 1u) + 0x7fffu;
-    return (bf16)(u >> 16);
-}
 
 static int ceil_log2(long x) { return x <= 1 ? 0 : 64 - __builtin_clzl((unsigned long)(x - 1)); }
 
@@ -152,30 +131,6 @@ void row_sums(const float *x, float *out, long rows, long columns, int lanes) {
 /* ATen's silu for a reduced float type, one value on its scalar path: std::exp, i.e. expf. */
 static inline float silu_scalar(float x) { return x / (1.0f + expf(-x)); }
 
-#ifdef __AVX512F__
-typedef __m512 (*exp16)(__m512);
-
-static inline __m512 widen16(const bf16 *p) {
-    __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-
-/* narrow() on 16 floats at once, NaN as ATen's vectors give it (0xffff). */
-static inline __m512 round16(__m512 x) {
-    __m512i u = _mm512_castps_si512(x);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xffff0000u));
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, u, _mm512_set1_epi32((int)0xffff0000u)));
-}
-
-static inline void store16(bf16 *p, __m512 rounded) {
-    __m512i u = _mm512_srli_epi32(_mm512_castps_si512(rounded), 16);
-    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(u));
-}
-
-#endif
 
 /* SiLU(gate) * up of the MLP, from one product of both: row r's gate is gate_up[r * stride ..],
    its up the `columns` values after it; out is [rows, columns], rows shared among `threads`.

@@ -77,7 +77,7 @@ class FusedOps:
         self._rope.argtypes = [_P, _L, _L, _L, _L, _P, _P, _P, _P, _L, _P, _P, _L, ctypes.c_int]
         self._silu_mul = library.silu_mul
         self._silu_mul.argtypes = [_P, _L, _P, _L, _L, _P, ctypes.c_int]
-        self._vector_exp = vector_exp  # Sleef's exp in libtorch_cpu; None: no fused SiLU
+        self.vector_exp = vector_exp  # Sleef's exp in libtorch_cpu; None: no fused SiLU
         self._row_sums = library.row_sums
         self._row_sums.argtypes = [_P, _P, _L, _L, ctypes.c_int]
         self.lanes = lanes
@@ -118,7 +118,7 @@ class FusedOps:
 
     @property
     def has_silu(self) -> bool:
-        return self._vector_exp is not None
+        return self.vector_exp is not None
 
     def silu_mul(self, gate_up: torch.Tensor, intermediate: int) -> torch.Tensor:
         """`swiglu(gate_up, intermediate)` [rows, intermediate] from the MLP's one product of
@@ -126,7 +126,7 @@ class FusedOps:
         rows = gate_up.numel() // gate_up.shape[-1]
         out = torch.empty(*gate_up.shape[:-1], intermediate, dtype=gate_up.dtype)
         status = self._silu_mul(gate_up.data_ptr(), gate_up.stride(-2), out.data_ptr(), rows,
-                                intermediate, self._vector_exp,
+                                intermediate, self.vector_exp,
                                 torch.get_num_threads())  # fmt: skip
         if status:
             raise ValueError("fused SiLU: this build has no AVX-512")

@@ -298,7 +298,8 @@ class TritonPythonModel:
         self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
         dtype_setting = params.get("cpu_dtype", "auto")
         dtype = engine_dtype(dtype_setting)
-        model = load_model(model_dir, dtype)  # the engine's attention: engine/attention.py
+        # The engine's attention, with the decode kernel built beside the fused ops: attention.py
+        model = load_model(model_dir, dtype, Path(params["kernel_dir"]))
         max_input_len, max_output_len = int(params["max_input_len"]), int(params["max_output_len"])
         max_batch_size = int(params["max_batch_size"])
         # 0 = no cap of its own: room for a full batch of the longest requests.
