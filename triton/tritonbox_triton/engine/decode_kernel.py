@@ -79,8 +79,11 @@ class DecodeKernel:
 
     def agrees(self, kv_heads: int, groups: int, dim: int) -> bool:
         """Whether on random rows each output is float64's attention within a bfloat16 step
-        (and mostly its rounding), and each row's bits are its own: alone with no padding, in
-        a batch padded wider, on one thread or two."""
+        (and mostly its rounding), and each row's bits are its own: alone with no padding and
+        in a batch padded wider. On the caller's torch threads only: a parallel region with
+        more would start a second OpenMP team on Triton's thread, and two teams on two cores
+        stop spinning between regions, which doubled a served step (cpu-engine.md, second
+        round; seen again here). The thread count's part is tested (test_attention.py)."""
         generator = torch.Generator().manual_seed(_SEED)
         nearest = total = 0
         for trial in range(4):
@@ -101,8 +104,7 @@ class DecodeKernel:
                 own = int(lengths[row])
                 alone = self(query[row : row + 1], keys[row : row + 1, :, :own].contiguous(),
                              values[row : row + 1, :, :own].contiguous(),
-                             DecodeRows(lengths[row : row + 1]), dim**-0.5,
-                             threads=1 + row % 2)  # fmt: skip
+                             DecodeRows(lengths[row : row + 1]), dim**-0.5)  # fmt: skip
                 if not torch.equal(alone[0], batched[row]):
                     return False
         return nearest >= _NEAREST_SHARE * total
