@@ -19,7 +19,7 @@ from tritonbox_triton.engine.attention import (
     model_kernel,
     padding_block,
 )
-from tritonbox_triton.engine.decode_kernel import DecodeKernel, decode_kernel
+from tritonbox_triton.engine.attention_kernel import AttentionKernel, DecodeRows, attention_kernel
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
 GROUPS = HEADS // KV_HEADS
@@ -29,12 +29,12 @@ def randn(*shape: int, seed: int, dtype: torch.dtype = torch.bfloat16) -> torch.
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
-def compiled() -> DecodeKernel | None:
-    return decode_kernel(fused_ops.load(None), torch.bfloat16, KV_HEADS, GROUPS, DIM)
+def compiled() -> AttentionKernel | None:
+    return attention_kernel(fused_ops.load(None), torch.bfloat16, KV_HEADS, GROUPS, DIM)
 
 
 @pytest.fixture(params=["compiled", "fused", "float64"])
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> DecodeKernel | None:
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> AttentionKernel | None:
     """The decode kernel the attention layers carry (`load_model`), None for PyTorch's paths."""
     if request.param == "compiled":
         kernel = compiled()
@@ -48,7 +48,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Dec
     return None
 
 
-def layer(kernel: DecodeKernel | None) -> torch.nn.Module:
+def layer(kernel: AttentionKernel | None) -> torch.nn.Module:
     """An attention layer as `load_model` leaves it."""
     module = torch.nn.Module()
     setattr(module, KERNEL, kernel)
@@ -57,7 +57,7 @@ def layer(kernel: DecodeKernel | None) -> torch.nn.Module:
 
 def test_the_engines_model_decodes_with_the_compiled_kernel_here(model: object) -> None:
     """On the machines this was built on (AVX-512) `load_model` gives it to every layer."""
-    assert isinstance(model_kernel(model), DecodeKernel)  # type: ignore[arg-type]
+    assert isinstance(model_kernel(model), AttentionKernel)  # type: ignore[arg-type]
 
 
 def test_the_kernels_check_can_fail() -> None:
@@ -67,8 +67,8 @@ def test_the_kernels_check_can_fail() -> None:
     exp2 = fused_build.vector_exp("Sleef_exp2f16_u10")
     assert exp2 is not None
     wrong = fused_ops.FusedOps(ops.library, ops.lanes, vector_exp=exp2)
-    assert not DecodeKernel(wrong).agrees(KV_HEADS, GROUPS, DIM)
-    assert DecodeKernel(ops).agrees(KV_HEADS, GROUPS, DIM)
+    assert not AttentionKernel(wrong).agrees(KV_HEADS, GROUPS, DIM)
+    assert AttentionKernel(ops).agrees(KV_HEADS, GROUPS, DIM)
 
 
 def test_bfloat16_keeps_its_bits_with_a_block_here() -> None:
@@ -76,7 +76,7 @@ def test_bfloat16_keeps_its_bits_with_a_block_here() -> None:
     assert padding_block(torch.bfloat16, KV_HEADS, GROUPS, DIM) in BLOCKS
 
 
-def test_a_prompt_is_causal(path: DecodeKernel | None) -> None:
+def test_a_prompt_is_causal(path: AttentionKernel | None) -> None:
     q, k, v = (
         randn(2, HEADS, 7, DIM, seed=1),
         randn(2, KV_HEADS, 7, DIM, seed=2),
@@ -89,7 +89,9 @@ def test_a_prompt_is_causal(path: DecodeKernel | None) -> None:
     torch.testing.assert_close(mine.double(), expected, rtol=2e-2, atol=2e-2)
 
 
-def test_a_decode_row_has_the_same_bits_alone_and_in_any_batch(path: DecodeKernel | None) -> None:
+def test_a_decode_row_has_the_same_bits_alone_and_in_any_batch(
+    path: AttentionKernel | None,
+) -> None:
     """Alone: the reference's unpadded keys through transformers' interface, twin rows. In a
     batch: right-padded to the batch's width with garbage past each row's length, as the
     engine's cache holds rows that left before."""
@@ -110,7 +112,7 @@ def test_a_decode_row_has_the_same_bits_alone_and_in_any_batch(path: DecodeKerne
         assert torch.equal(alone[0, 0], batched[row].reshape(HEADS, DIM)), f"row of {length} keys"
 
 
-def test_the_decode_is_the_attention(path: DecodeKernel | None) -> None:
+def test_the_decode_is_the_attention(path: AttentionKernel | None) -> None:
     lengths = torch.tensor([5, 33, 16, 47])
     width = 48
     keys, values = randn(4, KV_HEADS, width, DIM, seed=7), randn(4, KV_HEADS, width, DIM, seed=8)
@@ -156,3 +158,33 @@ def test_the_compiled_kernel_refuses_keys_that_do_not_start_at_column_0() -> Non
     left_padded = torch.tensor([[False, True, True], [True, True, True]])
     with pytest.raises(ValueError, match="from column 0"):
         DecodeAttention(left_padded, torch.bfloat16, kernel)
+
+
+def test_the_compiled_kernel_gives_a_row_its_bits_on_any_thread_count() -> None:
+    """Decoding and causally, one thread or two: each (row, kv head) is one thread's task."""
+    kernel = compiled()
+    if kernel is None:
+        pytest.skip("no compiled decode attention on this machine")
+    lengths = torch.tensor([40, 1, 17, 300, 16, 129])
+    keys, values = randn(6, KV_HEADS, 304, DIM, seed=14), randn(6, KV_HEADS, 304, DIM, seed=15)
+    query = randn(6, KV_HEADS, GROUPS, DIM, seed=16)
+    rows = DecodeRows(lengths)
+    one, two = (kernel.decode(query, keys, values, rows, DIM**-0.5, threads=n) for n in (1, 2))
+    assert torch.equal(one, two)
+    prompt = randn(3, HEADS, 39, DIM, seed=17)
+    one, two = (kernel.causal(prompt, keys[:3, :, :39], values[:3, :, :39], DIM**-0.5, threads=n)
+                for n in (1, 2))  # fmt: skip
+    assert torch.equal(one, two)
+
+
+def test_a_prompt_has_the_same_bits_alone_and_right_padded_in_a_batch() -> None:
+    """The compiled kernel's prefill: a 23-token prompt alone, and padded to 39 beside others."""
+    kernel = compiled()
+    if kernel is None:
+        pytest.skip("no compiled decode attention on this machine")
+    q = randn(4, HEADS, 39, DIM, seed=18)
+    k, v = randn(4, KV_HEADS, 39, DIM, seed=19), randn(4, KV_HEADS, 39, DIM, seed=20)
+    batched, _ = engine_attention(layer(kernel), q, k, v, None, scaling=DIM**-0.5)
+    alone, _ = engine_attention(layer(kernel), q[2:3, :, :23], k[2:3, :, :23], v[2:3, :, :23],
+                                None, scaling=DIM**-0.5)  # fmt: skip
+    assert torch.equal(alone[0], batched[2, :23])

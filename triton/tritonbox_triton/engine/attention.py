@@ -1,10 +1,10 @@
 """The engine's attention, called so that a row's result does not depend on its batch neighbours.
 
-A decode step's attention (one query per head and row) is the compiled pass of
-decode_kernel.py where it is built and checks out: each row over its own keys only, in float32,
-rounded once, so a row's bits are its own by construction. `load_model` attaches it to the
-model's attention layers, so the engine's step and the model's forward (`generate()`'s
-reference in the tests, adapter batches) both run it.
+The attention is the compiled pass of attention_kernel.py where it is built and checks out, a
+decode step's (one query per head and row) and a prompt's (causal): each row over its own keys
+only, in float32, rounded once, so a row's bits are its own by construction. `load_model`
+attaches it to the model's attention layers, so the engine's step and prefill and the model's
+forward (`generate()`'s reference in the tests, adapter batches) all run it.
 
 Elsewhere (no AVX-512, no compiler, float32) it is PyTorch's fused attention, and a decode batch
 pads its rows to one length and masks the padding. The fused CPU kernel's sums over a row's keys
@@ -26,7 +26,7 @@ far below the rounding that follows (0.4 ms a layer for 16 rows of 200 columns o
 against 0.3 ms fused).
 
 A prompt's prefill (several queries) is causal and unpadded, or right-padded, which causality
-already hides from every real query: PyTorch's fused attention in either case.
+already hides from every real query.
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ from transformers import AttentionInterface, AutoModelForCausalLM, PreTrainedMod
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from . import fused_ops
-from .decode_kernel import DecodeKernel, DecodeRows, decode_kernel
+from .attention_kernel import AttentionKernel, DecodeRows, attention_kernel
 
 log = logging.getLogger(__name__)
 
 ATTENTION = "tritonbox_padded"
-KERNEL = "tritonbox_decode_kernel"  # the attribute of an attention layer that holds the kernel
+KERNEL = "tritonbox_attention_kernel"  # the attention layer's attribute holding the kernel
 BLOCKS = (16, 512)  # tried in this order; 512 is the fused kernel's block of keys
 _CHECK_SEED = 20261126
 
@@ -133,7 +133,7 @@ class DecodeAttention:
     """A decode step's attention, one query per head and row, for rows whose keys start at
     column 0: `valid` (bool [rows, columns]) marks each row's keys, a prefix of its columns."""
 
-    def __init__(self, valid: torch.Tensor, dtype: torch.dtype, kernel: DecodeKernel | None):
+    def __init__(self, valid: torch.Tensor, dtype: torch.dtype, kernel: AttentionKernel | None):
         self._kernel = kernel
         if kernel is not None:
             lengths = valid.sum(1)
@@ -148,7 +148,7 @@ class DecodeAttention:
         """`query` [rows, kv heads, groups, dim] (a row's heads by the kv head they read) over
         `keys`/`values` [rows, kv heads, columns, dim]: [rows, heads × dim]."""
         if self._kernel is not None:
-            return self._kernel(query, keys, values, self._rows, scaling)
+            return self._kernel.decode(query, keys, values, self._rows, scaling)
         return _padded_attention(query, keys, values, self._bias, scaling).flatten(1)
 
 
@@ -157,23 +157,26 @@ def prefill_attention(
     key: torch.Tensor,  # [rows, kv heads, length, dim]
     value: torch.Tensor,
     scaling: float,
+    kernel: AttentionKernel | None = None,
 ) -> torch.Tensor:
-    """Causal attention over prompts, unpadded or right-padded: [rows, heads, length, dim]."""
+    """Causal attention over prompts, unpadded or right-padded: [rows, length, heads × dim]."""
     rows, heads, length, dim = query.shape
+    if kernel is not None:
+        return kernel.causal(query, key, value, scaling)
     kv_heads = key.shape[1]
     groups = heads // kv_heads
     if padding_block(query.dtype, kv_heads, groups, dim) is not None:
-        out: torch.Tensor = F.scaled_dot_product_attention(
+        out = F.scaled_dot_product_attention(
             query, key, value, is_causal=True, scale=scaling, enable_gqa=True
         )
-        return out
-    # float64: query rows ordered (group, position), each group over its kv head's keys
-    grouped = query.reshape(rows, kv_heads, groups * length, dim).double()
-    scores = torch.matmul(grouped, key.double().transpose(-1, -2)) * scaling
-    causal = torch.ones(length, length, dtype=torch.bool).tril().repeat(groups, 1)
-    scores = scores.masked_fill(~causal, float("-inf"))
-    attended = torch.matmul(scores.softmax(-1), value.double())
-    return attended.reshape(rows, heads, length, dim).to(query.dtype)
+    else:  # float64: query rows ordered (group, position), each group over its kv head's keys
+        grouped = query.reshape(rows, kv_heads, groups * length, dim).double()
+        scores = torch.matmul(grouped, key.double().transpose(-1, -2)) * scaling
+        causal = torch.ones(length, length, dtype=torch.bool).tril().repeat(groups, 1)
+        scores = scores.masked_fill(~causal, float("-inf"))
+        attended = torch.matmul(scores.softmax(-1), value.double())
+        out = attended.reshape(rows, heads, length, dim).to(query.dtype)
+    return out.transpose(1, 2).reshape(rows, length, heads * dim)
 
 
 def engine_attention(
@@ -191,10 +194,11 @@ def engine_attention(
     batch, heads, queries, dim = query.shape
     kv_heads, columns = key.shape[1], key.shape[2]
     scale = dim**-0.5 if scaling is None else scaling
+    kernel = getattr(module, KERNEL, None)
     if queries > 1:
         if attention_mask is not None:
             raise ValueError("a prompt is prefilled unpadded or right-padded, without a mask")
-        output = prefill_attention(query, key, value, scale)
+        output = prefill_attention(query, key, value, scale, kernel)
     else:
         valid = (
             torch.ones(batch, columns, dtype=torch.bool)
@@ -207,9 +211,8 @@ def engine_attention(
             key, value = F.pad(key, pad), F.pad(value, pad)
             valid = F.pad(valid, (0, width - columns), value=False)
         grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
-        attention = DecodeAttention(valid, query.dtype, getattr(module, KERNEL, None))
-        output = attention(grouped, key, value, scale).reshape(batch, heads, 1, dim)
-    return output.transpose(1, 2).contiguous(), None
+        output = DecodeAttention(valid, query.dtype, kernel)(grouped, key, value, scale)
+    return output.reshape(batch, queries, heads, dim), None
 
 
 AttentionInterface.register(ATTENTION, engine_attention)
@@ -229,14 +232,14 @@ def load_model(
     config = model.config
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    kernel = decode_kernel(fused_ops.load(kernel_dir), dtype, kv_heads, heads // kv_heads, dim)
+    kernel = attention_kernel(fused_ops.load(kernel_dir), dtype, kv_heads, heads // kv_heads, dim)
     for module in model.modules():
         if type(module).__name__.endswith("Attention"):
             setattr(module, KERNEL, kernel)
     return model
 
 
-def model_kernel(model: PreTrainedModel) -> DecodeKernel | None:
+def model_kernel(model: PreTrainedModel) -> AttentionKernel | None:
     """The decode kernel `load_model` gave this model's attention layers, if any."""
     layers = [module for module in model.modules() if hasattr(module, KERNEL)]
     return getattr(layers[0], KERNEL) if layers else None

@@ -1,5 +1,5 @@
 /* bfloat16 values as the engine's C passes read and write them (fused_ops.c,
-   decode_attention.c): widened to float32 exactly, rounded back to nearest even as
+   attention_kernel.c): widened to float32 exactly, rounded back to nearest even as
    c10::BFloat16 rounds. */
 #ifndef TRITONBOX_BF16_H
 #define TRITONBOX_BF16_H

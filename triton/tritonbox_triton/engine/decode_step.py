@@ -293,13 +293,13 @@ class DecodeStep:
             key = qk[:, :, heads:].transpose(1, 2)
             value = qkv[..., layer.qk_width :].view(rows, length, kv_heads, dim).transpose(1, 2)
             cached.append((key, value))
-            # A lone prompt's attention runs on twins, as the reference's: the fused kernel
-            # picks its path by batch size and threads (packed products from 64 tokens on).
+            # A lone prompt's attention runs on twins, as the reference's: PyTorch's fused
+            # kernel picks its path by batch size and threads (packed products from 64 tokens
+            # on); the compiled one gives each row its own bits either way.
             q, k, v = (query, key, value)
             if rows == 1:
                 q, k, v = (t.expand(2, -1, -1, -1) for t in (query, key, value))
-            attended = prefill_attention(q, k, v, layer.scaling)[:rows]
-            attended = attended.transpose(1, 2).reshape(rows, length, heads * dim)
+            attended = prefill_attention(q, k, v, layer.scaling, self._attention_kernel)[:rows]
             hidden, x = self._add_norm(hidden, layer.o(attended), layer.post_norm)
             hidden, x = self._add_norm(hidden, layer.down(self._swiglu(layer, x)), norm)
         last = x[torch.arange(rows), ends]  # the final norm is per position

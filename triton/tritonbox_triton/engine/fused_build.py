@@ -1,4 +1,4 @@
-"""Building the engine's C library (fused_ops.c, decode_attention.c) for this machine, and finding
+"""Building the engine's C library (fused_ops.c, attention_kernel.c) for this machine, and finding
 what it links with in this process.
 
 The library is compiled for this machine (`-march=native`) into a cache folder, named by a hash
@@ -26,7 +26,7 @@ from .dtype import cpu_flags
 
 log = logging.getLogger(__name__)
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("fused_ops.c", "decode_attention.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("fused_ops.c", "attention_kernel.c"))
 HEADERS = (Path(__file__).with_name("bf16.h"),)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 LIBRARIES = ("-lm",)  # after the source: a linker that drops unneeded libraries keeps them

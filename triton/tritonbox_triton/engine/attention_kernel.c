@@ -1,0 +1,169 @@
+/* The engine's attention, each row over its own keys only: a decode step's (one query per head
+   and row) and a prompt's (causal: the query at position t of `positions` over the keys up to
+   its own).
+
+   Each (row, kv head) is one task on one thread: for each of the row's query positions, the
+   scores of the head's query group against the keys it sees in float32 (products summed over
+   the head dimension in a fixed order, then scaled), their softmax in float32 (Sleef's exp, as
+   ATen's), the weighted sum of the values in float32, and one rounding of each output to
+   bfloat16. Nothing in a row's result depends on its neighbours, on how many columns the batch
+   is padded to or on the thread count, so a row's bits are its own by construction, alone or in
+   any batch (attention.py says why the engine needs that, and attention_kernel.py checks it at
+   start). Returns nonzero without AVX-512 or for a head dimension or group this build does not
+   take. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "bf16.h"
+
+#define MAX_GROUPS 8
+#define MAX_CHUNKS 8 /* head dimension up to 128, in vectors of 16 */
+#define STACK_SCORES 8192 /* a task's scores up to this many floats on its stack, else malloc'd */
+
+#ifdef __AVX512F__
+/* Lane i of the result: the sum of a[i]'s 16 lanes (a tree of pairwise additions). */
+static inline __m512 lane_sums(const __m512 *a) {
+    __m512 z[4];
+    for (int m = 0; m < 4; m++) {
+        const __m512 *b = a + 4 * m;
+        __m512 x = _mm512_add_ps(_mm512_unpacklo_ps(b[0], b[1]), _mm512_unpackhi_ps(b[0], b[1]));
+        __m512 y = _mm512_add_ps(_mm512_unpacklo_ps(b[2], b[3]), _mm512_unpackhi_ps(b[2], b[3]));
+        __m512d xd = _mm512_castps_pd(x), yd = _mm512_castps_pd(y);
+        z[m] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(xd, yd)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(xd, yd)));
+    }
+    __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x88), _mm512_shuffle_f32x4(z[0], z[1], 0xdd));
+    __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], 0x88), _mm512_shuffle_f32x4(z[2], z[3], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xdd));
+}
+
+/* The 16 lanes of q · k, head dimension `chunks` × 16, unsummed. */
+static inline __m512 products(const __m512 *q, const __m512 *k, int chunks) {
+    __m512 sum = _mm512_mul_ps(q[0], k[0]);
+    for (int c = 1; c < chunks; c++) sum = _mm512_fmadd_ps(q[c], k[c], sum);
+    return sum;
+}
+
+/* Where one (row, kv head)'s keys and values are: column j at keys + j * key_column. */
+typedef struct {
+    const bf16 *keys, *values;
+    long key_column, value_column;
+} Columns;
+
+/* One query group (`groups` heads of `chunks` × 16, contiguous) against the first `length`
+   columns; `scores` holds groups × padded floats. `ahead`: where to prefetch the next task's
+   keys from while the values are summed. */
+static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out, long groups,
+                          int chunks, float scale, exp16 vexp, float *scores, long padded,
+                          const bf16 *ahead) {
+    long dim = 16L * chunks, whole = length & ~15L;
+    __m512 q[MAX_GROUPS][MAX_CHUNKS], k[MAX_CHUNKS];
+    for (long g = 0; g < groups; g++)
+        for (int c = 0; c < chunks; c++) q[g][c] = widen16(query + g * dim + 16 * c);
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (long j0 = 0; j0 < whole; j0 += 16) {
+        __m512 part[MAX_GROUPS][16];
+        for (int j = 0; j < 16; j++) {
+            const bf16 *key = kv.keys + (j0 + j) * kv.key_column;
+            /* Ahead of use: this column's values (read after the softmax) and the keys 16 on. */
+            for (int c = 0; c < chunks; c += 2) {
+                _mm_prefetch((const char *)(kv.values + (j0 + j) * kv.value_column + 16 * c), _MM_HINT_T0);
+                _mm_prefetch((const char *)(key + 16 * kv.key_column + 16 * c), _MM_HINT_T0);
+            }
+            for (int c = 0; c < chunks; c++) k[c] = widen16(key + 16 * c);
+            for (long g = 0; g < groups; g++) part[g][j] = products(q[g], k, chunks);
+        }
+        for (long g = 0; g < groups; g++)
+            _mm512_store_ps(scores + g * padded + j0, _mm512_mul_ps(lane_sums(part[g]), vscale));
+    }
+    for (long j = whole; j < length; j++) {
+        for (int c = 0; c < chunks; c++) k[c] = widen16(kv.keys + j * kv.key_column + 16 * c);
+        for (long g = 0; g < groups; g++)
+            scores[g * padded + j] = _mm512_reduce_add_ps(products(q[g], k, chunks)) * scale;
+    }
+    float totals[MAX_GROUPS];
+    for (long g = 0; g < groups; g++) {
+        float *row = scores + g * padded, top = -INFINITY;
+        for (long j = 0; j < length; j++) top = row[j] > top ? row[j] : top;
+        for (long j = length; j < padded; j++) row[j] = -INFINITY;
+        __m512 shift = _mm512_set1_ps(top), sum = _mm512_setzero_ps();
+        for (long j = 0; j < padded; j += 16) {
+            __m512 e = vexp(_mm512_sub_ps(_mm512_load_ps(row + j), shift));
+            _mm512_store_ps(row + j, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        totals[g] = _mm512_reduce_add_ps(sum);
+    }
+    __m512 acc[MAX_GROUPS][MAX_CHUNKS], v[MAX_CHUNKS];
+    for (long g = 0; g < groups; g++)
+        for (int c = 0; c < chunks; c++) acc[g][c] = _mm512_setzero_ps();
+    for (long j = 0; j < length; j++) {
+        for (int c = 0; c < chunks; c += 2)
+            _mm_prefetch((const char *)(ahead + j * kv.key_column + 16 * c), _MM_HINT_T0);
+        for (int c = 0; c < chunks; c++) v[c] = widen16(kv.values + j * kv.value_column + 16 * c);
+        for (long g = 0; g < groups; g++) {
+            __m512 weight = _mm512_set1_ps(scores[g * padded + j]);
+            for (int c = 0; c < chunks; c++) acc[g][c] = _mm512_fmadd_ps(weight, v[c], acc[g][c]);
+        }
+    }
+    for (long g = 0; g < groups; g++) {
+        __m512 total = _mm512_set1_ps(totals[g]);
+        for (int c = 0; c < chunks; c++)
+            store16(out + g * dim + 16 * c, round16(_mm512_div_ps(acc[g][c], total)));
+    }
+}
+#endif
+
+/* query (row r, position t): its heads at query[r * query_row + t * query_position ..],
+   [kv heads × groups, dim] contiguous. keys (row r, kv head h, column j) at
+   keys[r * key_row + h * key_head + j * key_column ..], dim contiguous; values likewise. Row r's
+   query at position t (of `positions`) sees its first lengths[r] - positions + 1 + t columns: a
+   decode step's one query all of a row's keys, a prompt's causally. out: [rows, positions,
+   kv heads × groups, dim] contiguous. */
+int attention(const bf16 *query, long query_row, long query_position, const bf16 *keys,
+              long key_row, long key_head, long key_column, const bf16 *values, long value_row,
+              long value_head, long value_column, const int64_t *lengths, long positions,
+              bf16 *out, long rows, long kv_heads, long groups, long dim, float scale,
+              void *vector_exp, int threads) {
+#ifdef __AVX512F__
+    if (!vector_exp || dim % 16 || dim / 16 > MAX_CHUNKS || groups < 1 || groups > MAX_GROUPS)
+        return -1;
+    exp16 vexp = (exp16)vector_exp;
+    int chunks = (int)(dim / 16), failed = 0;
+    long tasks = rows * kv_heads;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
+    for (long task = 0; task < tasks; task++) {
+        long row = task / kv_heads, head = task % kv_heads, longest = lengths[row];
+        long padded = (longest + 15) & ~15L, first = longest - positions + 1;
+        float on_stack[STACK_SCORES] __attribute__((aligned(64)));
+        int small = groups * padded <= STACK_SCORES;
+        float *scores = small ? on_stack : aligned_alloc(64, sizeof(float) * (size_t)(groups * padded));
+        if (!scores || first < 1) {
+            failed = 1;
+            if (!small) free(scores);
+            continue;
+        }
+        Columns kv = {keys + row * key_row + head * key_head,
+                      values + row * value_row + head * value_head, key_column, value_column};
+        long after = task + 1 < tasks ? task + 1 : task;
+        const bf16 *ahead = keys + (after / kv_heads) * key_row + (after % kv_heads) * key_head;
+        for (long t = 0; t < positions; t++) {
+            const bf16 *q = query + row * query_row + t * query_position + head * groups * dim;
+            bf16 *o = out + ((row * positions + t) * kv_heads + head) * groups * dim;
+            const bf16 *next = t + 1 < positions ? kv.keys : ahead;
+            if (chunks == 4) /* the common head dimension of 64, unrolled by the compiler */
+                attend(q, kv, first + t, o, groups, 4, scale, vexp, scores, padded, next);
+            else
+                attend(q, kv, first + t, o, groups, chunks, scale, vexp, scores, padded, next);
+        }
+        if (!small) free(scores);
+    }
+    return failed;
+#else
+    (void)query; (void)query_row; (void)query_position; (void)keys; (void)key_row;
+    (void)key_head; (void)key_column; (void)values; (void)value_row; (void)value_head;
+    (void)value_column; (void)lengths; (void)positions; (void)out; (void)rows; (void)kv_heads;
+    (void)groups; (void)dim; (void)scale; (void)vector_exp; (void)threads;
+    return -1;
+#endif
+}
