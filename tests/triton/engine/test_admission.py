@@ -18,7 +18,8 @@ EOS = 2
 def _slow_motion() -> BurstWindow:
     """The served window slowed tenfold: the engine tests' own timing (a late sleep, a step of a
     loaded machine) must not decide which requests share a prefill, only the window's logic."""
-    return BurstWindow(window_s=0.4, memory_s=30.0, quiet_s=0.08, wave_quiet_s=0.2)
+    return BurstWindow(window_s=0.4, memory_s=30.0, quiet_s=0.08, wave_quiet_s=0.2,
+                       wave_window_s=0.8, wave_return_s=1.0)  # fmt: skip
 
 
 def _submitted(
@@ -86,27 +87,38 @@ def test_a_request_that_found_no_company_ends_the_waiting() -> None:
 
 
 def test_a_wave_that_ended_together_is_expected_back_whole() -> None:
-    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008)
+    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
+                         wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
     window.ended(2, 10.0, idle=False)
     window.ended(1, 10.03, idle=True)  # three ended within the window: a wave of three
-    window.arrived(10.032)
-    # The longer quiet gap while the rest of the wave is due, within the window.
-    assert window.wait_until(10.032, 10.033, waiting=1) == pytest.approx(10.052)
+    window.arrived(10.09)  # its first back, within the wave's return
+    # The longer quiet gap while the rest of the wave is due, within the wave's window.
+    assert window.wait_until(10.09, 10.091, waiting=1) == pytest.approx(10.11)
+    window.arrived(10.105)
+    assert window.wait_until(10.09, 10.106, waiting=2) == pytest.approx(10.125)
+    window.arrived(10.12)
+    assert window.wait_until(10.09, 10.121, waiting=3) is None  # all back: at once
+
+
+def test_a_late_wave_waits_no_longer_than_its_window() -> None:
+    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
+                         wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
+    window.ended(4, 10.0, idle=True)
     window.arrived(10.05)
-    assert window.wait_until(10.032, 10.051, waiting=2) == pytest.approx(10.07)
-    window.arrived(10.06)
-    assert window.wait_until(10.032, 10.061, waiting=3) is None  # all back: at once
+    for at in (10.065, 10.08, 10.095, 10.11, 10.125):  # one more every 15 ms: never all four
+        window.arrived(at)
+    assert window.wait_until(10.05, 10.126, waiting=3) == pytest.approx(10.13)  # 10.05 + 0.08
 
 
 def test_only_a_wave_that_ended_just_before_is_expected() -> None:
-    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008)
+    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_return_s=0.1)
     window.ended(1, 10.0, idle=False)
     window.ended(1, 10.05, idle=True)  # apart by more than the window: no wave
     window.arrived(10.051)
     assert window.wait_until(10.051, 10.051, waiting=1) is None
     window.ended(4, 20.0, idle=True)
-    window.arrived(20.1)  # long after the wave ended: not its clients coming back
-    assert window.wait_until(20.1, 20.1, waiting=1) is None
+    window.arrived(20.2)  # long after the wave ended: not its clients coming back
+    assert window.wait_until(20.2, 20.2, waiting=1) is None
 
 
 def test_a_burst_that_trickles_in_shares_one_prefill(
