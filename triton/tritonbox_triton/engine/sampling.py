@@ -174,10 +174,12 @@ def _end_banned(state: SequenceState) -> bool:
 
 
 def choose_tokens(logits: torch.Tensor, states: Sequence[SequenceState]) -> list[TokenChoice]:
-    """`choose_token` for every row of a decode step's float32 `logits` [rows, vocab] (left
-    unchanged). The plain greedy rows share one log-softmax and one argmax (after min_tokens'
-    end-id bans, in one write): done a row at a time, those were most of a 16-row step's Python
-    time, and each row's result is the same either way (both reduce along the row only)."""
+    """`choose_token` for every row of a decode step's float32 `logits` [rows, vocab], the
+    caller's own copy: the plain greedy rows' end-id bans are written into it, the other rows
+    are left unchanged. The plain greedy rows share one log-softmax and one argmax (after
+    min_tokens' end-id bans, in one write): done a row at a time, those were most of a 16-row
+    step's Python time, and each row's result is the same either way (both reduce along the row
+    only)."""
     plain = [index for index, state in enumerate(states) if plain_greedy(state)]
     choices: dict[int, TokenChoice] = {}
     if plain:
@@ -185,11 +187,12 @@ def choose_tokens(logits: torch.Tensor, states: Sequence[SequenceState]) -> list
         banned = [(row, states[index].params.end_id) for row, index in enumerate(plain)
                   if _end_banned(states[index])]  # fmt: skip
         if banned:  # a benchmark's exact lengths ban every row's end id, so in one write
-            rows = rows.clone() if rows is logits else rows
             at_rows, end_ids = zip(*banned, strict=True)
             rows[torch.tensor(at_rows), torch.tensor(end_ids)] = float("-inf")
         logprobs = torch.log_softmax(rows, dim=-1)
-        tokens = rows.argmax(dim=-1)
+        # max's indices are argmax's (the first of equal maxima, NaN as the largest) at a third
+        # of its time on CPU: 16 rows of 49,152, 200 against 554 µs.
+        tokens = rows.max(dim=-1).indices
         chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()
         for row, (index, token) in enumerate(zip(plain, tokens.tolist(), strict=True)):
             choice = TokenChoice(token=token, logprob=chosen[row])
