@@ -127,8 +127,10 @@ class NativeStack:
             command += ["--without", name]
         env = env_without_settings() | {MARK_VARIABLE: self.mark, "PYTHONSAFEPATH": "1"}
 
-        def ignore_sigint() -> None:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        def set_sigint() -> None:
+            # Set either way: a test runner started in the background (`... &` in a script)
+            # passes SIGINT on ignored, and a foreground job's Ctrl-C must still reach it.
+            signal.signal(signal.SIGINT, signal.SIG_IGN if background else signal.SIG_DFL)
 
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
@@ -139,7 +141,7 @@ class NativeStack:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=ignore_sigint if background else None,
+                preexec_fn=set_sigint,
             )
         threading.Thread(target=self._sample, daemon=True).start()
 
