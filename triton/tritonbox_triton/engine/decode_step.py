@@ -293,11 +293,11 @@ class DecodeStep:
             key = qk[:, :, heads:].transpose(1, 2)
             value = qkv[..., layer.qk_width :].view(rows, length, kv_heads, dim).transpose(1, 2)
             cached.append((key, value))
-            # A lone prompt's attention runs on twins, as the reference's: PyTorch's fused
-            # kernel picks its path by batch size and threads (packed products from 64 tokens
-            # on); the compiled one gives each row its own bits either way.
+            # A lone prompt's attention runs on twins, as the reference's, where it is
+            # PyTorch's: its fused kernel picks its path by batch size and threads (packed
+            # products from 64 tokens on). The compiled one gives a row its own bits alone.
             q, k, v = (query, key, value)
-            if rows == 1:
+            if rows == 1 and self._attention_kernel is None:
                 q, k, v = (t.expand(2, -1, -1, -1) for t in (query, key, value))
             attended = prefill_attention(q, k, v, layer.scaling, self._attention_kernel)[:rows]
             hidden, x = self._add_norm(hidden, layer.o(attended), layer.post_norm)
