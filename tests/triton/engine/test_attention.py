@@ -188,3 +188,13 @@ def test_a_prompt_has_the_same_bits_alone_and_right_padded_in_a_batch() -> None:
     alone, _ = engine_attention(layer(kernel), q[2:3, :, :23], k[2:3, :, :23], v[2:3, :, :23],
                                 None, scaling=DIM**-0.5)  # fmt: skip
     assert torch.equal(alone[0], batched[2, :23])
+
+
+def test_the_compiled_kernel_refuses_a_prompt_longer_than_its_keys() -> None:
+    """The C pass reads a position's keys up to its own: fewer keys would be read past."""
+    kernel = compiled()
+    if kernel is None:
+        pytest.skip("no compiled decode attention on this machine")
+    query, keys = randn(1, HEADS, 9, DIM, seed=21), randn(1, KV_HEADS, 8, DIM, seed=22)
+    with pytest.raises(ValueError, match="9 positions over 8 keys"):
+        kernel.causal(query, keys, keys, DIM**-0.5)

@@ -223,8 +223,8 @@ AttentionMaskInterface.register(ATTENTION, functools.partial(sdpa_mask, allow_is
 def load_model(
     model_dir: Path | str, dtype: torch.dtype, kernel_dir: Path | None = None
 ) -> PreTrainedModel:
-    """The checkpoint as the engine runs it: `dtype` weights, this attention (with the decode
-    kernel built into `kernel_dir` where it checks out, fused_build.py), eval mode."""
+    """The checkpoint as the engine runs it: `dtype` weights, this attention (with the compiled
+    attention built into `kernel_dir` where it checks out, fused_build.py), eval mode."""
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=dtype, attn_implementation=ATTENTION
     )
@@ -240,6 +240,6 @@ def load_model(
 
 
 def model_kernel(model: PreTrainedModel) -> AttentionKernel | None:
-    """The decode kernel `load_model` gave this model's attention layers, if any."""
+    """The compiled attention `load_model` gave this model's attention layers, if any."""
     layers = [module for module in model.modules() if hasattr(module, KERNEL)]
     return getattr(layers[0], KERNEL) if layers else None

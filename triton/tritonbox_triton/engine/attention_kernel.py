@@ -98,6 +98,8 @@ class AttentionKernel:
     ) -> torch.Tensor:
         """Each position's queries over the keys up to its own: [rows, length, heads × dim]."""
         rows, heads, length, dim = query.shape
+        if keys.shape[2] < length or values.shape[2] < length:
+            raise ValueError(f"{length} positions over {keys.shape[2]} keys")
         if query.stride(1) != dim:  # a position's heads side by side
             query = query.transpose(1, 2).contiguous().transpose(1, 2)
         lengths = torch.full((rows,), length, dtype=torch.int64)

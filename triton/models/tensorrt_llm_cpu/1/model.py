@@ -298,7 +298,7 @@ class TritonPythonModel:
         self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
         dtype_setting = params.get("cpu_dtype", "auto")
         dtype = engine_dtype(dtype_setting)
-        # The engine's attention, with the decode kernel built beside the fused ops: attention.py
+        # The engine's attention, compiled beside the fused ops where it checks out: attention.py
         model = load_model(model_dir, dtype, Path(params["kernel_dir"]))
         max_input_len, max_output_len = int(params["max_input_len"]), int(params["max_output_len"])
         max_batch_size = int(params["max_batch_size"])
