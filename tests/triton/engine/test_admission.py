@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from tritonbox_testing.engine_observer import recorded_engine
 
-from tritonbox_triton.engine.admission import BurstWindow
+from tritonbox_triton.engine.admission import SPLIT_FROM, BurstWindow
 from tritonbox_triton.engine.params import SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest
 
@@ -153,3 +153,56 @@ def test_a_wave_comes_back_to_one_prefill(model: Any, tokenizer: Any, make_sink:
         engine.stop()
     prefills = [stats.context for stats in steps.iterations if stats.context]
     assert prefills[-1] == 3, f"the wave came back prefilled as {prefills}"
+
+
+def test_a_large_wave_starts_once_half_of_it_is_in() -> None:
+    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
+                         wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
+    window.ended(16, 10.0, idle=True)
+    for index in range(8):
+        window.arrived(10.01 + index * 0.002)
+    assert window.wait_until(10.01, 10.024, waiting=7) == pytest.approx(10.044)
+    assert (
+        window.wait_until(10.01, 10.025, waiting=8) is None
+    )  # half: the rest take a pass of their own
+
+
+def test_a_wave_smaller_than_the_split_is_waited_for_whole() -> None:
+    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
+                         wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
+    window.ended(SPLIT_FROM - 1, 10.0, idle=True)
+    window.arrived(10.01)
+    assert window.wait_until(10.01, 10.011, waiting=SPLIT_FROM - 2) is not None
+    assert window.wait_until(10.01, 10.011, waiting=SPLIT_FROM - 1) is None
+
+
+def test_a_burst_starts_once_half_a_batch_is_in() -> None:
+    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=1.0)
+    window.arrived(10.0)
+    window.arrived(10.005)  # bursts come
+    for index in range(8):
+        window.arrived(20.0 + index * 0.001)
+    assert window.wait_until(20.0, 20.008, waiting=7, batch=16) == 20.04
+    assert window.wait_until(20.0, 20.008, waiting=8, batch=16) is None
+    assert window.wait_until(20.0, 20.008, waiting=8, batch=0) == 20.04  # no batch: the window
+    assert window.wait_until(20.0, 20.008, waiting=4, batch=4) is None  # a small batch: all of it
+
+
+def test_a_large_wave_comes_back_to_two_prefills(
+    model: Any, tokenizer: Any, make_sink: Any
+) -> None:
+    """A wave of eight coming back 100 ms apart: the first four start a pass as soon as they
+    are in, rather than waiting with them for the last, which joins the running batch."""
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=8, bursts=_slow_motion())
+    params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
+    prompt = list(tokenizer("The capital of France is")["input_ids"])
+    engine.start()
+    try:
+        _served(_submitted(engine, prompt, params, make_sink, count=8, gap_s=0.0))
+        before = len([stats for stats in steps.iterations if stats.context])
+        # 100 ms apart: within the 200 ms quiet gap, all eight within the wave's 800 ms.
+        _served(_submitted(engine, prompt, params, make_sink, count=8, gap_s=0.1))
+    finally:
+        engine.stop()
+    prefills = [stats.context for stats in steps.iterations if stats.context][before:]
+    assert prefills[0] == 4 and sum(prefills) == 8, f"the wave came back prefilled as {prefills}"

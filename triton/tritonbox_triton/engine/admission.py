@@ -27,6 +27,15 @@ request ~33 ms ahead of the rest (the first prediction row is written alone, the
 together behind it: db/group_commit.py), which the 20 ms gap and 40 ms window of the seventh
 round split into a lone prefill and one for the 15 others.
 
+A large wave or burst is not held back for its last request: it is prefilled in two passes.
+A pass costs a fixed ~22 ms and ~10.5 ms a 39-token prompt (the AMX machine, bfloat16), so one
+pass of 16 kept the first arrivals waiting for the last (through the api a wave reaches the
+engine over ~35 ms) and for the other prompts' share of the pass. From `SPLIT_FROM` requests on
+(the wave's expected count; for a burst, whose size is unknown, the engine's batch) the wait
+ends once half of them are in; the rest arrive during that pass and take the next one. The
+second half waits about one pass's fixed cost longer than it would have, the first half gets
+its first token in about half the time (docs/cpu-engine.md, ninth round).
+
 Triton's own dynamic batcher has the same knob (`max_queue_delay_microseconds`), fixed.
 """
 
@@ -40,6 +49,13 @@ WAVE_RETURN_S = 0.1
 WAVE_QUIET_S = 0.04
 WAVE_WINDOW_S = 0.08
 MEMORY_S = 30.0
+SPLIT_FROM = 8
+
+
+def enough_to_start(expected: int) -> int:
+    """How many of `expected` requests, once waiting, end an idle engine's wait: all of a small
+    group, half of one of `SPLIT_FROM` or more."""
+    return expected if expected < SPLIT_FROM else math.ceil(expected / 2)
 
 
 class BurstWindow:
@@ -82,18 +98,20 @@ class BurstWindow:
         if idle and self._ending >= 2:
             self._wave_ended, self._expected = now, self._ending
 
-    def wait_until(self, first_arrival: float, now: float, waiting: int = 1) -> float | None:
+    def wait_until(
+        self, first_arrival: float, now: float, waiting: int = 1, batch: int = 0
+    ) -> float | None:
         """When an idle engine with `waiting` requests, the oldest arrived at `first_arrival`,
-        should prefill: None for at once (no burst lately, or the expected wave is all in),
-        else a time.monotonic() deadline."""
+        should prefill: None for at once (no burst lately, or enough of the expected wave or of
+        a burst as large as the engine's `batch` is in), else a time.monotonic() deadline."""
         # The next wave is coming. Its first request may even come in before the step that
         # ended the last one has finished: its client had its answer from that step.
         since_wave = first_arrival - self._wave_ended
         if -self._window_s < since_wave < self._wave_return_s:
-            if waiting >= self._expected:
+            if waiting >= enough_to_start(self._expected):
                 return None
             return min(first_arrival + self._wave_window_s, self._last_arrival + self._wave_quiet_s)
-        if now - self._burst_seen > self._memory_s:
+        if now - self._burst_seen > self._memory_s or (batch and waiting >= enough_to_start(batch)):
             return None
         return min(first_arrival + self._window_s, self._last_arrival + self._quiet_s)
 

@@ -103,8 +103,6 @@ class DecodeStep:
         return True
 
     def _silu_agrees(self, fused: FusedOps) -> bool:
-        if not fused.has_silu:  # logged by describe(), in the ready line
-            return False
         if not fused.silu_agrees(self._layers[0].intermediate):
             log.warning("fused ops: SiLU·up not PyTorch's bits here; it runs PyTorch's")
             return False
@@ -117,8 +115,6 @@ class DecodeStep:
         if self._fused is None:
             return f"{attention} decode attention, elementwise stages as PyTorch's operations"
         silu = "SiLU·up fused" if self._fused_silu else "SiLU·up as PyTorch's"
-        if not self._fused.has_silu:
-            silu += " (no AVX-512 exp)"
         return (f"{attention} decode attention, fused elementwise stages ({self._fused.built}; "
                 f"ATen sums {self._fused.lanes} wide; {silu})")  # fmt: skip
 

@@ -128,40 +128,29 @@ void row_sums(const float *x, float *out, long rows, long columns, int lanes) {
     for (long r = 0; r < rows; ++r) out[r] = aten_row_sum(x + r * columns, columns, lanes);
 }
 
-/* ATen's silu for a reduced float type, one value on its scalar path: std::exp, i.e. expf. */
-static inline float silu_scalar(float x) { return x / (1.0f + expf(-x)); }
-
-
 /* SiLU(gate) * up of the MLP, from one product of both: row r's gate is gate_up[r * stride ..],
    its up the `columns` values after it; out is [rows, columns], rows shared among `threads`.
-   Each value rounded to bfloat16 as ATen rounds it: SiLU in float32 (x / (1 + exp(-x))), then
-   the product. ATen's exp is Sleef's where its loop runs in vectors and expf in each piece's
-   scalar tail; here it is Sleef's for 16 values at a time and expf for a row's last few. For
-   every bfloat16 input the two give the same bfloat16 SiLU, so which values take which path
-   does not matter: fused_ops.py checks that, for all 65,536 of them, at start. Returns -1
-   without AVX-512. */
-int silu_mul(const bf16 *gate_up, long stride, bf16 *out, long rows, long columns,
-             void *vector_exp, int threads) {
-#ifdef __AVX512F__
-    if (!vector_exp) return -1;
-    exp16 vexp = (exp16)vector_exp;
-    const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
+   A bfloat16 gate has 65,536 values, so its SiLU is read from `silu_table`, PyTorch's own
+   F.silu of each of them indexed by its bits (fused_ops.py makes it, with one entry more: the
+   vector gather reads 32 bits at each index). Looked up, it costs a fraction of computing the
+   exponential; ATen gives every value the same SiLU on its vector and scalar paths (checked
+   for all of them at start), so the table is its SiLU wherever the value sits. The product is
+   rounded to bfloat16 as ATen rounds it. */
+void silu_mul(const bf16 *gate_up, long stride, bf16 *out, long rows, long columns,
+              const bf16 *silu_table, int threads) {
 #pragma omp parallel for num_threads(threads) if (rows * columns >= PARALLEL_MIN)
     for (long r = 0; r < rows; ++r) {
         const bf16 *gate = gate_up + r * stride, *up = gate + columns;
         bf16 *o = out + r * columns;
         long c = 0;
+#ifdef __AVX512F__
         for (; c + 16 <= columns; c += 16) {
-            __m512 x = widen16(gate + c);
-            __m512 silu = round16(_mm512_div_ps(x, _mm512_add_ps(one, vexp(_mm512_xor_ps(x, sign)))));
-            store16(o + c, round16(_mm512_mul_ps(silu, widen16(up + c))));
+            __m512i bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(gate + c)));
+            __m512i silu = _mm512_i32gather_epi32(bits, (const void *)silu_table, 2);
+            __m512 wide = _mm512_castsi512_ps(_mm512_slli_epi32(silu, 16));  /* its own 16 bits */
+            store16(o + c, round16(_mm512_mul_ps(wide, widen16(up + c))));
         }
-        for (; c < columns; ++c) o[c] = narrow(widen(narrow(silu_scalar(widen(gate[c])))) * widen(up[c]));
-    }
-    return 0;
-#else
-    (void)gate_up; (void)stride; (void)out; (void)rows; (void)columns; (void)vector_exp;
-    (void)threads;
-    return -1;
 #endif
+        for (; c < columns; ++c) o[c] = narrow(widen(silu_table[gate[c]]) * widen(up[c]));
+    }
 }

@@ -12,10 +12,9 @@ own (`load` checks that no second libgomp came with it).
 The engine promises generate()'s tokens bit for bit, so each value is computed as PyTorch
 computes it: bfloat16 operands widened to float32, each operation's result rounded back to
 bfloat16 where PyTorch's is (round to nearest even), no fused multiply-adds, the norm's mean
-summed in the order of ATen's CPU sum, whose vector width is this machine's, and SiLU's
-exponential the ones ATen calls: Sleef's vector `expf16_u10` (exported by libtorch_cpu) and
-the C library's `expf` (its scalar tails), which give the same bfloat16 SiLU for every
-bfloat16 input here (checked for all of them at start). That order and
+summed in the order of ATen's CPU sum, whose vector width is this machine's, and SiLU read
+from a table of PyTorch's own F.silu of every bfloat16 value (ATen gives each value the same
+SiLU on its vector and scalar paths: checked for all of them at start). That order and
 every stage are checked against PyTorch's own operations at start (`load`, `FusedOps.agrees`) on
 random inputs; where anything differs, where no C compiler is found or the dtype is not
 bfloat16, the step keeps PyTorch's operations, and says so in the log.
@@ -77,7 +76,8 @@ class FusedOps:
         self._rope.argtypes = [_P, _L, _L, _L, _L, _P, _P, _P, _P, _L, _P, _P, _L, ctypes.c_int]
         self._silu_mul = library.silu_mul
         self._silu_mul.argtypes = [_P, _L, _P, _L, _L, _P, ctypes.c_int]
-        self.vector_exp = vector_exp  # Sleef's exp in libtorch_cpu; None: no fused SiLU
+        self._silu_table = _silu_table()
+        self.vector_exp = vector_exp  # Sleef's exp in libtorch_cpu (the compiled attention's)
         self._row_sums = library.row_sums
         self._row_sums.argtypes = [_P, _P, _L, _L, ctypes.c_int]
         self.lanes = lanes
@@ -116,20 +116,14 @@ class FusedOps:
                    0 if keys is None else keys.shape[2], torch.get_num_threads())  # fmt: skip
         return out
 
-    @property
-    def has_silu(self) -> bool:
-        return self.vector_exp is not None
-
     def silu_mul(self, gate_up: torch.Tensor, intermediate: int) -> torch.Tensor:
         """`swiglu(gate_up, intermediate)` [rows, intermediate] from the MLP's one product of
         gate and up [rows, 2 × intermediate] (rows contiguous)."""
         rows = gate_up.numel() // gate_up.shape[-1]
         out = torch.empty(*gate_up.shape[:-1], intermediate, dtype=gate_up.dtype)
-        status = self._silu_mul(gate_up.data_ptr(), gate_up.stride(-2), out.data_ptr(), rows,
-                                intermediate, self.vector_exp,
-                                torch.get_num_threads())  # fmt: skip
-        if status:
-            raise ValueError("fused SiLU: this build has no AVX-512")
+        self._silu_mul(gate_up.data_ptr(), gate_up.stride(-2), out.data_ptr(), rows,
+                       intermediate, self._silu_table.data_ptr(),
+                       torch.get_num_threads())  # fmt: skip
         return out
 
     def agrees(self, weight: torch.Tensor, eps: float, heads: int, kv_heads: int,
@@ -165,7 +159,7 @@ class FusedOps:
             for rows in (1, 2, 3, 16, 33, 200)
             for attempt in range(TRIES)
         )
-        return self.has_silu and all(
+        return all(
             torch.equal(self.silu_mul(gate_up, half), swiglu(gate_up, half))
             for gate_up in (*exhaustive, *random)
             for half in [gate_up.shape[1] // 2]
@@ -206,6 +200,12 @@ class FusedOps:
             and torch.equal(keys[written], expected[:, heads:])
             and torch.equal(values[written], qkv[:, qk_heads * dim :].view(rows, kv_heads, dim))
         )
+
+
+def _silu_table() -> torch.Tensor:
+    """F.silu of every bfloat16 value, indexed by its bits, and one entry of padding."""
+    every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    return torch.cat([F.silu(every), every[:1]])
 
 
 def _random(shape: tuple[int, int], attempt: int, generator: torch.Generator) -> torch.Tensor:

@@ -299,7 +299,7 @@ class InflightBatcher:
             while not self._stopping and len(self._waiting) < self._max_batch_size:
                 # Each arrival moves the deadline (a quiet gap ends the burst), so it is asked anew.
                 until = self._bursts.wait_until(
-                    self._queue_started, time.monotonic(), len(self._waiting)
+                    self._queue_started, time.monotonic(), len(self._waiting), self._max_batch_size
                 )
                 left = -1.0 if until is None else until - time.monotonic()
                 if left <= 0:
