@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from tritonbox_triton.engine.kv_batch import BatchedKVCache
+from tritonbox_triton.engine.kv_batch import BatchedKVCache, prefilled_layers
 
 LAYERS = 2
 
@@ -89,3 +89,24 @@ def test_any_other_order_is_kept_too() -> None:
     assert batch.lengths.tolist() == [2, 3]
     assert _row_values(batch, 0, 2) == [3.0, 3.0]
     assert _row_values(batch, 1, 3) == [1.0, 1.0, 1.0]
+
+
+def test_sequences_added_together_are_as_added_one_at_a_time() -> None:
+    """A prefill's sequences join in one call (the buffers fitted once): the same rows, lengths
+    and keys as joining one by one, behind a row that was there before."""
+    lengths, values = (3, 9, 2, 5, 7), (2.0, 3.0, 4.0, 5.0, 6.0)
+    together, apart = BatchedKVCache(query_groups=3), BatchedKVCache(query_groups=3)
+    for batch in (together, apart):
+        batch.add_sequence(sequence_cache(4, 1.0))
+    together.add_prefilled(
+        *(prefilled_layers(sequence_cache(n, v)) for n, v in zip(lengths, values, strict=True))
+    )
+    for n, v in zip(lengths, values, strict=True):
+        apart.add_sequence(sequence_cache(n, v))
+    assert together.lengths.tolist() == apart.lengths.tolist() == [4, *lengths]
+    assert together.width == apart.width
+    for name in ("key_buffers", "value_buffers"):
+        mine, theirs = getattr(together, name), getattr(apart, name)
+        rows, columns = together.rows, together.columns
+        assert torch.equal(mine[:, :rows, :, :columns], theirs[:, :rows, :, :columns])
+    assert _row_values(together, 2, 9) == [3.0] * 9

@@ -152,19 +152,24 @@ class BatchedKVCache:
         """Copy the prefilled cache of one sequence in as the last row."""
         self.add_prefilled(prefilled_layers(cache))
 
-    def add_prefilled(self, prefilled: Layers) -> None:
-        """Copy one sequence's keys and values (per layer, [1, heads, length, dim]) in as the
-        last row."""
-        length = int(prefilled[0][0].shape[2])
+    def add_prefilled(self, *sequences: Layers) -> None:
+        """Copy sequences' keys and values (each per layer, [1, heads, length, dim]) in as the
+        last rows, in order. The buffers are fitted once for all of them: one at a time, a wave
+        of 16 grew them four times over and took ~1.3 ms a sequence."""
+        if not sequences:
+            return
         if not self._layers:
-            self._allocate(prefilled)
-        row = self.rows
-        self._fit(max(row + 1, 2), self._width_for(max(self.columns, length) + 1))
-        for buffers, states in ((self.key_buffers, 0), (self.value_buffers, 1)):
-            buffers[:, row, :, :length] = torch.stack([layer[states][0] for layer in prefilled])
-            # A row that left may have been here. Its values are masked, but keep them finite.
-            buffers[:, row, :, length:] = 0
-        self.lengths = torch.cat([self.lengths, torch.tensor([length])])
+            self._allocate(sequences[0])
+        lengths = [int(prefilled[0][0].shape[2]) for prefilled in sequences]
+        first = self.rows
+        self._fit(max(first + len(sequences), 2), self._width_for(max(self.columns, *lengths) + 1))
+        for offset, (prefilled, length) in enumerate(zip(sequences, lengths, strict=True)):
+            row = first + offset
+            for buffers, states in ((self.key_buffers, 0), (self.value_buffers, 1)):
+                buffers[:, row, :, :length] = torch.stack([layer[states][0] for layer in prefilled])
+                # A row that left may have been here. Its values are masked, but keep them finite.
+                buffers[:, row, :, length:] = 0
+        self.lengths = torch.cat([self.lengths, torch.tensor(lengths)])
         self._show()
 
     def keep_rows(self, rows: list[int]) -> None:

@@ -38,7 +38,7 @@ from .fused_ops import load as load_fused_ops
 from .kv_batch import BatchedKVCache, Layers, prefilled_layers
 from .lora_layers import EngineAdapter, LoraRows
 from .params import EngineLimits, SamplingParams
-from .sampling import SequenceState, TokenChoice, choose_token, choose_tokens
+from .sampling import SequenceState, TokenChoice, choose_tokens
 from .stats import IterationStats
 from .words import Decode, WordRules
 
@@ -284,7 +284,11 @@ class InflightBatcher:
         if ask_clients:
             self._drop_cancelled_waiting()
         self._await_burst()
-        self._admit()
+        if self._admit():
+            # Those that came in during that prefill take theirs now rather than after a step:
+            # the step then runs for all of them, which costs little more than for the first
+            # (its products read the weights once either way), and they stay in step.
+            self._admit()
         if self._running:
             self._decode_step()
         self._report()
@@ -358,7 +362,8 @@ class InflightBatcher:
     def _reserved(self) -> int:
         return sum(run.request.reserved_tokens for run in self._running)
 
-    def _admit(self) -> None:
+    def _admit(self) -> int:
+        """Prefill waiting requests while the batch has room; how many it admitted."""
         admitted: list[EngineRequest] = []
         while len(self._running) + len(admitted) < self._max_batch_size:
             with self._wakeup:
@@ -393,6 +398,7 @@ class InflightBatcher:
                 for request in run:
                     request.sink.on_error(f"prefill failed: {error}")
                     self._observer.on_finished("error")
+        return len(admitted)
 
     def _prefill_shared(self, requests: list[EngineRequest], copies: int = 1) -> None:
         """One pass for these prompts that need nothing but their next token (prefill.py), over
@@ -409,8 +415,7 @@ class InflightBatcher:
         self._step["context"] += len(requests)
         self._step["context_tokens"] += sum(len(r.prompt) for r in requests)
         rows = len(requests)  # a twin's copy is left out
-        for request, row, own in zip(requests, logits[:rows].float(), layers[:rows], strict=True):
-            self._start(request, row, own)
+        self._start(requests, logits[:rows].float(), layers[:rows])
 
     def _lone_exact(self, request: EngineRequest) -> bool:
         """Whether a lone prompt's single pass over the prepacked weights gives `_prefill`'s
@@ -443,19 +448,28 @@ class InflightBatcher:
             self._observer.on_finished(EngineFinish.LENGTH.value)
             return
         own = [(keys[:1], values[:1]) for keys, values in prefilled_layers(cache)]
-        self._start(request, output.logits[0, -1].float(), own)
+        self._start([request], output.logits[:1, -1].float(), [own])
 
-    def _start(self, request: EngineRequest, logits: torch.Tensor, layers: Layers) -> None:
-        """Its first token from the prefill's `logits`; then it joins the decode batch."""
-        state = SequenceState(
-            params=request.params,
-            prompt=request.prompt,
-            words=WordRules(self._decode, request.stop_words, request.bad_words),
-        )
-        run = _Running(request=request, state=state)
-        if not self._advance(run, choose_token(logits, state)):
-            self._kv.add_prefilled(layers)
-            self._running.append(run)
+    def _start(
+        self, requests: list[EngineRequest], logits: torch.Tensor, layers: list[Layers]
+    ) -> None:
+        """Each request's first token from its row of the prefill's float32 `logits` [rows,
+        vocab]; then those that go on join the decode batch. Every first token is sent before
+        any keys are copied in: a prompt's copy took a few ms on a busy machine, and the last
+        of a wave's first tokens waited for all the others' copies."""
+        states = [
+            SequenceState(
+                params=request.params,
+                prompt=request.prompt,
+                words=WordRules(self._decode, request.stop_words, request.bad_words),
+            )
+            for request in requests
+        ]
+        runs = [_Running(request=r, state=s) for r, s in zip(requests, states, strict=True)]
+        choices = choose_tokens(logits, states)
+        going = [i for i, run in enumerate(runs) if not self._advance(run, choices[i])]
+        self._kv.add_prefilled(*(layers[i] for i in going))
+        self._running.extend(runs[i] for i in going)
 
     def _decode_step(self) -> None:
         valid, positions = self._kv.decode_inputs()
