@@ -17,6 +17,7 @@ class CollectingSink:
         self.logprobs: list[float] = []
         self.top: list[TopLogprobs] = []
         self.calls = 0
+        self.sizes: list[int] = []  # the tokens of each on_tokens call
         self.finish: EngineFinish | None = None
         self.error: str | None = None
         self.cancelled = False
@@ -43,6 +44,7 @@ class CollectingSink:
         self.logprobs += logprobs
         self.top += top
         self.calls += 1
+        self.sizes.append(len(tokens))
         if finish is not None:
             self.finish = finish
             self.done.set()

@@ -2,40 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from tritonbox_testing.engine_observer import recorded_engine
 
 from tritonbox_triton.engine.params import SamplingParams
-from tritonbox_triton.engine.scheduler import PAIRS_FROM, EngineFinish, EngineRequest, TopLogprobs
+from tritonbox_triton.engine.scheduler import PAIRS_FROM, EngineFinish, EngineRequest
 
 EOS = 2
 
 
 def _chunks(model: Any, tokenizer: Any, make_sink: Any, rows: int, **asked: Any) -> list[Any]:
     """`rows` requests of 6 tokens run together; each sink with the token counts it was sent."""
-
-    class ChunkSink(make_sink):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.sizes: list[int] = []
-
-        def on_tokens(
-            self,
-            tokens: list[int],
-            logprobs: list[float],
-            finish: EngineFinish | None,
-            top: Sequence[TopLogprobs] = (),
-        ) -> None:
-            self.sizes.append(len(tokens))
-            super().on_tokens(tokens, logprobs, finish, top)
-
     engine, _ = recorded_engine(model, tokenizer, max_batch_size=rows)
     params = SamplingParams(max_tokens=6, min_tokens=6, end_id=EOS, pad_id=EOS, temperature=0.0,
                             **asked)  # fmt: skip
     prompt = list(tokenizer("The capital of France is")["input_ids"])
-    sinks = [ChunkSink() for _ in range(rows)]
+    sinks = [make_sink() for _ in range(rows)]
     for sink in sinks:
         engine.submit(EngineRequest(prompt, params, sink, [], []))
     while engine.run_once():  # not started: this thread runs the iterations
