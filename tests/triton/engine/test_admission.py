@@ -45,6 +45,24 @@ def _served(sinks: list[Any]) -> None:
         assert sink.done.wait(60)
 
 
+def _wave_back(
+    model: Any, tokenizer: Any, make_sink: Any, *, count: int, gap_s: float, batch: int
+) -> tuple[list[int], int]:
+    """`count` requests that end together, then `count` back `gap_s` apart, on an engine of
+    `batch` rows in slow motion: every prefill's size, and where the returning wave begins."""
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=batch, bursts=_slow_motion())
+    params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
+    prompt = list(tokenizer("The capital of France is")["input_ids"])
+    engine.start()
+    try:
+        _served(_submitted(engine, prompt, params, make_sink, count=count, gap_s=0.0))
+        before = len([stats for stats in steps.iterations if stats.context])
+        _served(_submitted(engine, prompt, params, make_sink, count=count, gap_s=gap_s))
+    finally:
+        engine.stop()
+    return [stats.context for stats in steps.iterations if stats.context], before
+
+
 def test_requests_one_at_a_time_never_wait() -> None:
     window = BurstWindow(window_s=0.02, memory_s=30.0)
     for now in (10.0, 11.0, 12.5):
@@ -140,18 +158,8 @@ def test_a_burst_that_trickles_in_shares_one_prefill(
 def test_a_wave_comes_back_to_one_prefill(model: Any, tokenizer: Any, make_sink: Any) -> None:
     """Clients that send their next requests as their answers end: the first comes back ahead
     of the others by more than the quiet gap, and still the wave shares one prefill."""
-    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4, bursts=_slow_motion())
-    params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
-    prompt = list(tokenizer("The capital of France is")["input_ids"])
-    engine.start()
-    try:
-        # Three that end together, then three back 120 ms apart: past the 80 ms quiet gap,
-        # within the wave's 200 ms.
-        _served(_submitted(engine, prompt, params, make_sink, count=3, gap_s=0.0))
-        _served(_submitted(engine, prompt, params, make_sink, count=3, gap_s=0.12))
-    finally:
-        engine.stop()
-    prefills = [stats.context for stats in steps.iterations if stats.context]
+    # Three back 120 ms apart: past the 80 ms quiet gap, within the wave's 200 ms.
+    prefills, _ = _wave_back(model, tokenizer, make_sink, count=3, gap_s=0.12, batch=4)
     assert prefills[-1] == 3, f"the wave came back prefilled as {prefills}"
 
 
@@ -162,9 +170,8 @@ def test_a_large_wave_starts_once_half_of_it_is_in() -> None:
     for index in range(8):
         window.arrived(10.01 + index * 0.002)
     assert window.wait_until(10.01, 10.024, waiting=7) == pytest.approx(10.044)
-    assert (
-        window.wait_until(10.01, 10.025, waiting=8) is None
-    )  # half: the rest take a pass of their own
+    # Half: the rest take a pass of their own.
+    assert window.wait_until(10.01, 10.025, waiting=8) is None
 
 
 def test_a_wave_smaller_than_the_split_is_waited_for_whole() -> None:
@@ -193,16 +200,7 @@ def test_a_large_wave_comes_back_to_two_prefills(
 ) -> None:
     """A wave of eight coming back 100 ms apart: the first four start a pass as soon as they
     are in, rather than waiting with them for the last, which joins the running batch."""
-    engine, steps = recorded_engine(model, tokenizer, max_batch_size=8, bursts=_slow_motion())
-    params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
-    prompt = list(tokenizer("The capital of France is")["input_ids"])
-    engine.start()
-    try:
-        _served(_submitted(engine, prompt, params, make_sink, count=8, gap_s=0.0))
-        before = len([stats for stats in steps.iterations if stats.context])
-        # 100 ms apart: within the 200 ms quiet gap, all eight within the wave's 800 ms.
-        _served(_submitted(engine, prompt, params, make_sink, count=8, gap_s=0.1))
-    finally:
-        engine.stop()
-    prefills = [stats.context for stats in steps.iterations if stats.context][before:]
+    # 100 ms apart: within the 200 ms quiet gap, all eight within the wave's 800 ms.
+    every, before = _wave_back(model, tokenizer, make_sink, count=8, gap_s=0.1, batch=8)
+    prefills = every[before:]
     assert prefills[0] == 4 and sum(prefills) == 8, f"the wave came back prefilled as {prefills}"

@@ -3,6 +3,7 @@ copied in, and those that arrive during a prefill prefilled before the next step
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,12 +15,19 @@ from tritonbox_triton.engine.scheduler import EngineRequest
 EOS = 2
 
 
+def _engine(model: Any, tokenizer: Any) -> tuple[Any, Any, Callable[[Any], EngineRequest]]:
+    """An engine of four rows, not started; its recorded iterations; a request of three tokens
+    for a sink."""
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4)
+    params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
+    prompt = list(tokenizer("The capital of France is")["input_ids"])
+    return engine, steps, lambda sink: EngineRequest(prompt, params, sink, [], [])
+
+
 def test_a_prefills_first_tokens_all_leave_before_its_keys_are_copied(
     model: Any, tokenizer: Any, make_sink: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine, _ = recorded_engine(model, tokenizer, max_batch_size=4)
-    params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
-    prompt = list(tokenizer("The capital of France is")["input_ids"])
+    engine, _, request = _engine(model, tokenizer)
     sinks = [make_sink() for _ in range(3)]
     copies = engine._kv.add_prefilled
     sent_when_copied: list[list[int]] = []
@@ -30,7 +38,7 @@ def test_a_prefills_first_tokens_all_leave_before_its_keys_are_copied(
 
     monkeypatch.setattr(engine._kv, "add_prefilled", add_prefilled)
     for sink in sinks:
-        engine.submit(EngineRequest(prompt, params, sink, [], []))
+        engine.submit(request(sink))
     engine.run_once()  # not started: this thread runs one iteration, the prefill and a step
     assert sent_when_copied == [[1, 1, 1]]
     assert [len(sink.tokens) for sink in sinks] == [2, 2, 2]
@@ -40,19 +48,17 @@ def test_requests_that_came_during_a_prefill_take_theirs_before_the_step(
     model: Any, tokenizer: Any, make_sink: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """They join the running ones' step rather than waiting a step of their own."""
-    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4)
-    params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
-    prompt = list(tokenizer("The capital of France is")["input_ids"])
+    engine, steps, request = _engine(model, tokenizer)
     first, later = make_sink(), make_sink()
     prefill = engine._prefill_shared
 
     def arriving_meanwhile(requests: Any, copies: int = 1) -> None:
         if later.calls == 0 and not any(r.sink is later for r in requests):
-            engine.submit(EngineRequest(prompt, params, later, [], []))
+            engine.submit(request(later))
         prefill(requests, copies)
 
     monkeypatch.setattr(engine, "_prefill_shared", arriving_meanwhile)
-    engine.submit(EngineRequest(prompt, params, first, [], []))
+    engine.submit(request(first))
     engine.run_once()
     assert (len(first.tokens), len(later.tokens)) == (2, 2)  # their first and one step's
     assert steps.iterations[0].context == 2 and steps.iterations[0].generation == 2

@@ -466,16 +466,18 @@ class InflightBatcher:
         vocab]; then those that go on join the decode batch. Every first token is sent before
         any keys are copied in: a prompt's copy took a few ms on a busy machine, and the last
         of a wave's first tokens waited for all the others' copies."""
-        states = [
-            SequenceState(
-                params=request.params,
-                prompt=request.prompt,
-                words=WordRules(self._decode, request.stop_words, request.bad_words),
+        runs = [
+            _Running(
+                request=request,
+                state=SequenceState(
+                    params=request.params,
+                    prompt=request.prompt,
+                    words=WordRules(self._decode, request.stop_words, request.bad_words),
+                ),
             )
             for request in requests
         ]
-        runs = [_Running(request=r, state=s) for r, s in zip(requests, states, strict=True)]
-        choices = choose_tokens(logits, states)
+        choices = choose_tokens(logits, [run.state for run in runs])
         going = [i for i, run in enumerate(runs) if not self._advance(run, choices[i])]
         self._kv.add_prefilled(*(layers[i] for i in going))
         self._running.extend(runs[i] for i in going)
