@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from tritonbox_testing.engine_observer import recorded_engine
 
-from tritonbox_triton.engine.admission import SPLIT_FROM, BurstWindow
+from tritonbox_triton.engine.admission import SPLIT_FROM, BurstWindow, first_pass
 from tritonbox_triton.engine.params import SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest
 
@@ -163,15 +163,23 @@ def test_a_wave_comes_back_to_one_prefill(model: Any, tokenizer: Any, make_sink:
     assert prefills[-1] == 3, f"the wave came back prefilled as {prefills}"
 
 
-def test_a_large_wave_starts_once_half_of_it_is_in() -> None:
+def test_a_large_wave_starts_once_one_more_than_half_of_it_is_in() -> None:
     window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
                          wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
     window.ended(16, 10.0, idle=True)
-    for index in range(8):
+    for index in range(9):
         window.arrived(10.01 + index * 0.002)
-    assert window.wait_until(10.01, 10.024, waiting=7) == pytest.approx(10.044)
-    # Half: the rest take a pass of their own.
-    assert window.wait_until(10.01, 10.025, waiting=8) is None
+    assert window.wait_until(10.01, 10.026, waiting=8) == pytest.approx(10.046)
+    # Nine of 16: the rest take a pass of their own.
+    assert window.wait_until(10.01, 10.027, waiting=9) is None
+    assert window.first_pass_size(10.01, waiting=9) == 9
+    assert window.first_pass_size(10.01, waiting=16) == 9  # all in already: still nine first
+    assert window.first_pass_size(10.01, waiting=20) == 11  # more than expected came
+
+
+def test_the_first_pass_takes_one_more_than_half() -> None:
+    assert [first_pass(n) for n in (1, SPLIT_FROM - 1)] == [1, SPLIT_FROM - 1]  # whole
+    assert [first_pass(n) for n in (8, 9, 16, 32)] == [5, 5, 9, 17]
 
 
 def test_a_wave_smaller_than_the_split_is_waited_for_whole() -> None:
@@ -183,24 +191,28 @@ def test_a_wave_smaller_than_the_split_is_waited_for_whole() -> None:
     assert window.wait_until(10.01, 10.011, waiting=SPLIT_FROM - 1) is None
 
 
-def test_a_burst_starts_once_half_a_batch_is_in() -> None:
+def test_a_burst_starts_once_one_more_than_half_a_batch_is_in() -> None:
     window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=1.0)
     window.arrived(10.0)
     window.arrived(10.005)  # bursts come
     for index in range(8):
         window.arrived(20.0 + index * 0.001)
-    assert window.wait_until(20.0, 20.008, waiting=7, batch=16) == 20.04
-    assert window.wait_until(20.0, 20.008, waiting=8, batch=16) is None
-    assert window.wait_until(20.0, 20.008, waiting=8, batch=0) == 20.04  # no batch: the window
+    assert window.wait_until(20.0, 20.008, waiting=8, batch=16) == 20.04
+    assert window.wait_until(20.0, 20.008, waiting=9, batch=16) is None
+    assert window.wait_until(20.0, 20.008, waiting=9, batch=0) == 20.04  # no batch: the window
     assert window.wait_until(20.0, 20.008, waiting=4, batch=4) is None  # a small batch: all of it
+    # A burst's first pass: as if the batch were coming, or all of a small one.
+    assert window.first_pass_size(20.0, waiting=16, batch=16) == 9
+    assert window.first_pass_size(20.0, waiting=12, batch=64) == 12
+    assert window.first_pass_size(20.0, waiting=4, batch=4) == 4
 
 
 def test_a_large_wave_comes_back_to_two_prefills(
     model: Any, tokenizer: Any, make_sink: Any
 ) -> None:
-    """A wave of eight coming back 100 ms apart: the first four start a pass as soon as they
+    """A wave of eight coming back 100 ms apart: the first five start a pass as soon as they
     are in, rather than waiting with them for the last, which joins the running batch."""
     # 100 ms apart: within the 200 ms quiet gap, all eight within the wave's 800 ms.
     every, before = _wave_back(model, tokenizer, make_sink, count=8, gap_s=0.1, batch=8)
     prefills = every[before:]
-    assert prefills[0] == 4 and sum(prefills) == 8, f"the wave came back prefilled as {prefills}"
+    assert prefills[0] == 5 and sum(prefills) == 8, f"the wave came back prefilled as {prefills}"

@@ -1,5 +1,6 @@
 """How a prefill's requests join the decode batch: first tokens out before their keys are
-copied in, and those that arrive during a prefill prefilled before the next step."""
+copied in, those that arrive during a prefill prefilled before the next step, and a large wave
+waiting at once prefilled in two passes."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from tritonbox_triton.engine.scheduler import EngineRequest
 EOS = 2
 
 
-def _engine(model: Any, tokenizer: Any) -> tuple[Any, Any, Callable[[Any], EngineRequest]]:
-    """An engine of four rows, not started; its recorded iterations; a request of three tokens
-    for a sink."""
-    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4)
+def _engine(
+    model: Any, tokenizer: Any, rows: int = 4
+) -> tuple[Any, Any, Callable[[Any], EngineRequest]]:
+    """An engine of `rows` rows, not started; its recorded iterations; a request of three
+    tokens for a sink."""
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=rows)
     params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
     prompt = list(tokenizer("The capital of France is")["input_ids"])
     return engine, steps, lambda sink: EngineRequest(prompt, params, sink, [], [])
@@ -62,3 +65,35 @@ def test_requests_that_came_during_a_prefill_take_theirs_before_the_step(
     engine.run_once()
     assert (len(first.tokens), len(later.tokens)) == (2, 2)  # their first and one step's
     assert steps.iterations[0].context == 2 and steps.iterations[0].generation == 2
+
+
+@pytest.mark.parametrize(("waiting", "rows", "passes"), [(8, 8, [5, 3]), (16, 16, [9, 7]),
+                                                        (8, 16, [8]), (7, 7, [7])])  # fmt: skip
+def test_a_large_wave_waiting_at_once_is_prefilled_in_two_passes_before_the_step(
+    model: Any,
+    tokenizer: Any,
+    make_sink: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    waiting: int,
+    rows: int,
+    passes: list[int],
+) -> None:
+    """One more than half first (admission.py), the rest right after it; a burst smaller than
+    the engine's batch may still grow, and a group under SPLIT_FROM is prefilled whole."""
+    engine, steps, request = _engine(model, tokenizer, rows)
+    sizes: list[int] = []
+    prefill = engine._prefill_shared
+
+    def recorded(requests: Any, copies: int = 1) -> None:
+        sizes.append(len(requests))
+        prefill(requests, copies)
+
+    monkeypatch.setattr(engine, "_prefill_shared", recorded)
+    sinks = [make_sink() for _ in range(waiting)]
+    for sink in sinks:
+        engine.submit(request(sink))
+    engine.run_once()
+    assert sizes == passes
+    assert all(sink.tokens for sink in sinks)  # every first token is out
+    # and one step for all (its tokens held from 8 rows on: pairs, scheduler.py)
+    assert (steps.iterations[0].context, steps.iterations[0].generation) == (waiting, waiting)

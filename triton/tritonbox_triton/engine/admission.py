@@ -27,14 +27,19 @@ request ~33 ms ahead of the rest (the first prediction row is written alone, the
 together behind it: db/group_commit.py), which the 20 ms gap and 40 ms window of the seventh
 round split into a lone prefill and one for the 15 others.
 
-A large wave or burst is not held back for its last request: it is prefilled in two passes.
-A pass costs a fixed ~22 ms and ~10.5 ms a 39-token prompt (the AMX machine, bfloat16), so one
-pass of 16 kept the first arrivals waiting for the last (through the api a wave reaches the
-engine over ~35 ms) and for the other prompts' share of the pass. From `SPLIT_FROM` requests on
-(the wave's expected count; for a burst, whose size is unknown, the engine's batch) the wait
-ends once half of them are in; the rest arrive during that pass and take the next one. The
-second half waits about one pass's fixed cost longer than it would have, the first half gets
-its first token in about half the time (docs/cpu-engine.md, ninth round).
+A large wave or burst is not held back for its last request, nor prefilled in one pass: it is
+prefilled in two. A pass costs a fixed part and a part per prompt (the AMX machine: ~22 ms and
+~10.5 ms a 39-token prompt; an AMD EPYC served: ~30 ms and ~9 ms), so one pass of 16 kept every
+request waiting for all the others' share of it. Of a wave of N, a first pass of n and a second of
+the rest give the wave its least mean time to first token at n = N/2 + fixed / (2 x per prompt):
+N/2 + 1 to 1.7 on both machines, so the first pass takes one more than half (9 of 16, 5 of 8).
+From `SPLIT_FROM` requests on (the wave's expected count; for a burst, whose size is unknown, the
+engine's batch) the wait ends once that many are in, and a first pass takes no more even when
+more are waiting; the rest take the next pass, right after it. Of 16 at once on the AMD machine:
+9 first tokens after ~110 ms and 7 after ~200, against all 16 after ~175 in one pass (the mean
+~150 against ~175; the last ~25 ms later, one pass's fixed cost; docs/cpu-engine.md, tenth
+round). Below `SPLIT_FROM` the second pass's fixed cost outweighs the gain: a group is waited
+for and prefilled whole.
 
 Triton's own dynamic batcher has the same knob (`max_queue_delay_microseconds`), fixed.
 """
@@ -52,10 +57,10 @@ MEMORY_S = 30.0
 SPLIT_FROM = 8
 
 
-def enough_to_start(expected: int) -> int:
-    """How many of `expected` requests, once waiting, end an idle engine's wait: all of a small
-    group, half of one of `SPLIT_FROM` or more."""
-    return expected if expected < SPLIT_FROM else math.ceil(expected / 2)
+def first_pass(expected: int) -> int:
+    """How many of `expected` requests an idle engine prefills in its first pass (and waits
+    for): all of a small group, one more than half of one of `SPLIT_FROM` or more."""
+    return expected if expected < SPLIT_FROM else expected // 2 + 1
 
 
 class BurstWindow:
@@ -104,16 +109,26 @@ class BurstWindow:
         """When an idle engine with `waiting` requests, the oldest arrived at `first_arrival`,
         should prefill: None for at once (no burst lately, or enough of the expected wave or of
         a burst as large as the engine's `batch` is in), else a time.monotonic() deadline."""
-        # The next wave is coming. Its first request may even come in before the step that
-        # ended the last one has finished: its client had its answer from that step.
-        since_wave = first_arrival - self._wave_ended
-        if -self._window_s < since_wave < self._wave_return_s:
-            if waiting >= enough_to_start(self._expected):
+        if self._returning(first_arrival):
+            if waiting >= first_pass(self._expected):
                 return None
             return min(first_arrival + self._wave_window_s, self._last_arrival + self._wave_quiet_s)
-        if now - self._burst_seen > self._memory_s or (batch and waiting >= enough_to_start(batch)):
+        if now - self._burst_seen > self._memory_s or (batch and waiting >= first_pass(batch)):
             return None
         return min(first_arrival + self._window_s, self._last_arrival + self._quiet_s)
+
+    def first_pass_size(self, first_arrival: float, waiting: int, batch: int = 0) -> int:
+        """How many of `waiting` requests an idle engine prefills first, the oldest arrived at
+        `first_arrival`: `first_pass` of the returning wave's count, else of the engine's
+        `batch`, or of those waiting where there are more."""
+        expected = self._expected if self._returning(first_arrival) else batch
+        return min(waiting, first_pass(max(expected, waiting)))
+
+    def _returning(self, first_arrival: float) -> bool:
+        """Whether a request that arrived at `first_arrival` opens the wave expected back. It may
+        even come in before the step that ended the last one has finished: its client had its
+        answer from that step."""
+        return -self._window_s < first_arrival - self._wave_ended < self._wave_return_s
 
     def alone(self) -> None:
         """A request waited for the rest of a burst and none came: requests come one at a time

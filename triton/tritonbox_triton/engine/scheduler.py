@@ -292,9 +292,10 @@ class InflightBatcher:
         self._drop_cancelled(ask_clients)
         if ask_clients:
             self._drop_cancelled_waiting()
-        self._await_burst()
-        if self._admit():
-            # Those that came in during that prefill take theirs now rather than after a step:
+        first_pass = self._await_burst()
+        if self._admit(first_pass):
+            # The rest of a wave split in two (admission.py), and those that came in during that
+            # prefill, take theirs now rather than after a step:
             # the step then runs for all of them, which costs little more than for the first
             # (its products read the weights once either way), and they stay in step.
             self._admit()
@@ -303,12 +304,13 @@ class InflightBatcher:
         self._report()
         return bool(self._running or self._waiting)
 
-    def _await_burst(self) -> None:
+    def _await_burst(self) -> int | None:
         """Idle with requests waiting: give the rest of a burst its moment to arrive, while
-        requests come in bursts (admission.py)."""
+        requests come in bursts; then how many to prefill in the first pass (admission.py).
+        None when busy or nothing waits: the batch's room is the only limit."""
         with self._wakeup:
             if self._running or not self._waiting:
-                return
+                return None
             while not self._stopping and len(self._waiting) < self._max_batch_size:
                 # Each arrival moves the deadline (a quiet gap ends the burst), so it is asked anew.
                 until = self._bursts.wait_until(
@@ -320,6 +322,9 @@ class InflightBatcher:
                 self._wakeup.wait(left)
             if len(self._waiting) == 1:
                 self._bursts.alone()
+            return self._bursts.first_pass_size(
+                self._queue_started, len(self._waiting), self._max_batch_size
+            )
 
     def _report(self) -> None:
         self._iteration += 1
@@ -371,10 +376,12 @@ class InflightBatcher:
     def _reserved(self) -> int:
         return sum(run.request.reserved_tokens for run in self._running)
 
-    def _admit(self) -> int:
-        """Prefill waiting requests while the batch has room; how many it admitted."""
+    def _admit(self, limit: int | None = None) -> int:
+        """Prefill waiting requests while the batch has room, `limit` of them at most; how many
+        it admitted."""
         admitted: list[EngineRequest] = []
-        while len(self._running) + len(admitted) < self._max_batch_size:
+        room = self._max_batch_size - len(self._running)
+        while len(admitted) < (room if limit is None else min(room, limit)):
             with self._wakeup:
                 if not self._waiting:
                     break
