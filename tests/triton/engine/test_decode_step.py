@@ -163,8 +163,10 @@ def _check_prefills_against_the_forward(model: Any, step: DecodeStep) -> None:
             answers[length, copies] = check(length)
             if answers[length, copies]:
                 assert same, f"{length} tokens, {copies} copies: the check said yes, bits differ"
-    # up to 32 rows the kernels always agree
-    assert answers[3, 2] and answers[16, 2] and answers[1, 1] and answers[16, 1]
+    # Twin rows up to 32 always agree. A lone row agrees with its twins on the AMX machine, not
+    # with an AMD EPYC's AVX-512 kernels (one row rounds otherwise there): that is the machine's
+    # to say, and the check above holds either way.
+    assert answers[3, 2] and answers[16, 2]
 
 
 def test_a_lone_prompt_takes_the_prepacked_prefill(

@@ -1,9 +1,9 @@
 """Many LoRA adapters in one forward pass: each targeted nn.Linear adds its rows' own low-rank
 product on top of the untouched base weights (nothing is merged).
 
-For each adapter in the batch a layer computes the product in float32 (for every row: a product
-of one row would go through another kernel) and adds it to the base output of that adapter's rows
-before rounding back to the model's dtype:
+For each adapter in the batch a layer computes the product in float32 (in a decode step as a
+two-row product for each row, as generate()'s twin rows have it; in a prefill for every row) and
+adds it to the base output of that adapter's rows before rounding back to the model's dtype:
 
     y[rows of a] = base(x)[rows of a] + (x[rows of a] @ A_aᵀ) @ B_aᵀ
 
@@ -109,9 +109,15 @@ class LoraLinear(nn.Module):
             }
             self._indexed_for = rows.version
         out, x32 = y.float(), x.float()
+        step = x.dim() == 3 and x.shape[1] == 1  # a decode step: one token a sequence
         for group, a, b in plan.parts:
             index = self._row_index[group]
-            if index.numel():
+            if not index.numel():
+                continue
+            if step:
+                delta = _as_twins(_as_twins(x32.index_select(0, index), a), b)
+                out.index_add_(0, index, delta)
+            else:
                 # Every row's product, then this adapter's rows: a product over one row would
                 # take PyTorch's one-row kernel, which rounds otherwise (kv_batch.py).
                 delta = F.linear(F.linear(x32, a), b)
@@ -132,6 +138,17 @@ class LoraLinear(nn.Module):
         plan = _Plan(groups, parts)
         self._plans = [plan, *self._plans[: PLANS_KEPT - 1]]
         return plan
+
+
+def _as_twins(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`F.linear(x, weight)` of a decode step's rows [rows, 1, in], each row's as generate()'s
+    twin rows have it: a product of two rows. float32 products round by their row count on
+    some CPUs (an AMD EPYC's: one row, two or three, four or more differ in the last bits; the
+    AMX machine's agree), so one product over the whole batch gave a row other bits than its
+    solo run; a batch of two-row products gives each row the solo bits, whatever the batch."""
+    rows, _, width = x.shape
+    twins = x.expand(rows, 2, width)
+    return torch.bmm(twins, weight.t().expand(rows, *weight.t().shape))[:, :1]
 
 
 def attach_lora(model: nn.Module) -> tuple[LoraRows, dict[str, tuple[int, int]], int]:

@@ -149,9 +149,18 @@ def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
         guide.accept(token)  # the mask allowed it, so the matcher takes it
     choice = TokenChoice(token=token, logprob=float(logprobs[token]))
     if params.num_top_logprobs > 0:
-        top = torch.topk(logprobs, min(params.num_top_logprobs, logprobs.numel()))
-        choice.top_ids, choice.top_logprobs = top.indices.tolist(), top.values.tolist()
+        choice.top_ids, choice.top_logprobs = top_logprobs(logprobs, params.num_top_logprobs)
     return choice
+
+
+def top_logprobs(logprobs: torch.Tensor, count: int) -> tuple[list[int], list[float]]:
+    """The `count` most likely ids of a row and their log-probs, most likely first; equal ones
+    by id, as argmax takes the first of equal maxima, so a greedy choice leads its equals
+    (topk orders them as it likes: bfloat16 logits tie often enough to see)."""
+    threshold = torch.topk(logprobs, min(count, logprobs.numel())).values[-1]
+    ids = torch.nonzero(logprobs >= threshold)[:, 0]  # ascending
+    order = torch.sort(logprobs[ids], descending=True, stable=True).indices[:count]
+    return ids[order].tolist(), logprobs[ids[order]].tolist()
 
 
 def plain_greedy(state: SequenceState) -> bool:
@@ -198,8 +207,7 @@ def choose_tokens(logits: torch.Tensor, states: Sequence[SequenceState]) -> list
             choice = TokenChoice(token=token, logprob=chosen[row])
             count = states[index].params.num_top_logprobs
             if count > 0:
-                top = torch.topk(logprobs[row], min(count, logprobs.shape[-1]))
-                choice.top_ids, choice.top_logprobs = top.indices.tolist(), top.values.tolist()
+                choice.top_ids, choice.top_logprobs = top_logprobs(logprobs[row], count)
             choices[index] = choice
     return [
         choices[index] if index in choices else choose_token(logits[index].clone(), state)
