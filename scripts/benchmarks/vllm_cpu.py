@@ -40,6 +40,8 @@ from scripts.benchmarks.vllm_report import Batch, Server, report
 from transformers import AutoTokenizer
 
 from tritonbox_common.client import TritonLLMClient
+from tritonbox_triton.prepare_model import prepare_default_model
+from tritonbox_triton.settings import DEFAULT_MODEL_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 # 39 tokens with SmolLM2's tokenizer (checked at start), as in the measurement that set the goal.
@@ -174,7 +176,8 @@ def main() -> int:
     parser.add_argument("--no-vllm", action="store_true", help="TritonBox only")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmark-vllm-cpu.md")
     args = parser.parse_args()
-    args.model_dir = REPO / ".cache" / "models" / "SmolLM2-135M-Instruct"
+    # Prepared here on a fresh checkout (once; the tests and the engine use the same folder).
+    args.model_dir = prepare_default_model(REPO / ".cache" / "models" / DEFAULT_MODEL_NAME)
     count = len(AutoTokenizer.from_pretrained(args.model_dir)(PROMPT)["input_ids"])
     if count != PROMPT_TOKENS:
         raise SystemExit(f"the prompt is {count} tokens, not {PROMPT_TOKENS}")
