@@ -29,11 +29,12 @@ PROMPTS = [
 ]
 EOS = 2
 # Questions a short answer ends, for the tests of what ends an answer: bfloat16 rounds by CPU,
-# and the model's answer with it (the AMX machine answered the first with "Paris", an AMD EPYC's
-# AVX-512 kernels with a list that runs on), so the first whose answer ends here is taken.
+# and the model's answer with it ("What is the capital of France?" is answered "Paris" on the
+# AMX machine, with a list that runs on by an AMD EPYC's AVX-512 kernels), so the first whose
+# answer ends here is taken.
 SHORT_QUESTIONS = [
+    "Which city is the capital of France?",
     "What is the capital of France?",
-    "What is the capital of Italy?",
     "What is the capital of Germany?",
     "What is 2+2?",
 ]
