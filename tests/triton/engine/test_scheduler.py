@@ -74,7 +74,7 @@ def short_answer(
         prompt = chat_ids(tokenizer, question)
         answer, _ = greedy_generate(model, prompt, 15)
         if answer and answer[-1] == EOS:
-            words = tokenizer.decode(answer[:-1]).replace(".", " ").split()
+            words = str(tokenizer.decode(answer[:-1])).replace(".", " ").split()
             return prompt, answer[:-1], words[-1]
     pytest.fail(f"none of {SHORT_QUESTIONS} is answered in under 15 tokens on this machine")
 

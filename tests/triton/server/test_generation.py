@@ -27,7 +27,11 @@ from tritonbox_common.client import (
 pytestmark = pytest.mark.server
 T = TypeVar("T")
 EOS = 2
-PROMPTS = ["Which city is the capital of France?", "Write a haiku about the sea.", "Why is the sky blue?"]
+PROMPTS = [
+    "Which city is the capital of France?",
+    "Write a haiku about the sea.",
+    "Why is the sky blue?",
+]
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
