@@ -17,8 +17,6 @@ from tritonbox_triton.engine.sampling import (
     SequenceState,
     _apply_penalties,
     choose_token,
-    choose_tokens,
-    plain_greedy,
 )
 from tritonbox_triton.engine.truncation import draw_index, filter_top_k_top_p, kept_ids
 from tritonbox_triton.engine.words import WordRules
@@ -129,40 +127,6 @@ def test_a_draw_follows_the_distribution_and_never_takes_a_removed_token() -> No
     assert set(draws) == {3, 500, 999}
     for token, share in ((3, 0.2), (500, 0.5), (999, 0.3)):
         assert abs(draws[token] / 4000 - share) < 0.03
-
-
-def test_a_batch_chooses_what_each_row_would_alone() -> None:
-    """The plain greedy rows (still under min_tokens or not) share one log-softmax and argmax;
-    the others (sampled, penalised, with bad words) go row by row; every choice is the lone
-    one's."""
-    decode = state().words._decode
-    rows = [
-        state(num_top_logprobs=3),
-        state(temperature=0.7, top_p=0.9, seed=5),
-        state(repetition_penalty=1.3),
-        state(min_tokens=4),
-        state(),
-        SequenceState(
-            params=SamplingParams(max_tokens=8, end_id=0, pad_id=0),
-            prompt=[1],
-            words=WordRules(decode, bad_words=[[5]]),
-        ),
-        state(end_id=-1, min_tokens=4),
-    ]
-    assert [plain_greedy(row) for row in rows] == [True, False, False, True, True, False, True]
-    logits = torch.randn(len(rows), VOCAB, generator=torch.Generator().manual_seed(3)) * 4
-    logits[:, 5] = 50.0  # the best token everywhere, unless a rule bans it
-    logits[3:5, 0] = 60.0  # the end id: banned under min_tokens (row 3), chosen past it (row 4)
-    before = logits.clone()
-    batched = choose_tokens(logits, rows)
-    unbanned = [index for index, row in enumerate(rows) if not plain_greedy(row)]
-    assert torch.equal(logits[unbanned], before[unbanned])  # only plain rows get bans written
-    for row in rows:  # the sampled row draws again from a fresh generator of the same seed
-        row.generator.manual_seed(row.params.seed)
-    alone = [choose_token(before[index].clone(), row) for index, row in enumerate(rows)]
-    assert batched == alone
-    assert batched[5].token != 5 and batched[0].top_ids[0] == 5
-    assert (batched[3].token, batched[4].token) == (5, 0)
 
 
 def _drawn_as_before(logits: torch.Tensor, seq: SequenceState) -> int:

@@ -20,7 +20,6 @@ bans, so its log-probs are those of the constrained distribution it was sampled 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -161,55 +160,3 @@ def top_logprobs(logprobs: torch.Tensor, count: int) -> tuple[list[int], list[fl
     ids = torch.nonzero(logprobs >= threshold)[:, 0]  # ascending
     order = torch.sort(logprobs[ids], descending=True, stable=True).indices[:count]
     return ids[order].tolist(), logprobs[ids[order]].tolist()
-
-
-def plain_greedy(state: SequenceState) -> bool:
-    """Whether nothing but min_tokens' ban of the end id changes this sequence's logits before
-    its argmax now: greedy, with no penalty, banned word, bad word or grammar in force."""
-    params = state.params
-    return (
-        params.greedy
-        and state.guide is None
-        and not state.words.has_bad_words
-        and params.repetition_penalty == 1.0
-        and not params.presence_penalty
-        and not params.frequency_penalty
-    )
-
-
-def _end_banned(state: SequenceState) -> bool:
-    """Whether min_tokens still bans this sequence's end id (as `choose_token` does)."""
-    return state.params.end_id >= 0 and len(state.generated) < state.params.min_tokens
-
-
-def choose_tokens(logits: torch.Tensor, states: Sequence[SequenceState]) -> list[TokenChoice]:
-    """`choose_token` for every row of a decode step's float32 `logits` [rows, vocab], the
-    caller's own copy: the plain greedy rows' end-id bans are written into it, the other rows
-    are left unchanged. The plain greedy rows share one log-softmax and one argmax (after
-    min_tokens' end-id bans, in one write): done a row at a time, those were most of a 16-row
-    step's Python time, and each row's result is the same either way (both reduce along the row
-    only)."""
-    plain = [index for index, state in enumerate(states) if plain_greedy(state)]
-    choices: dict[int, TokenChoice] = {}
-    if plain:
-        rows = logits if len(plain) == len(states) else logits[torch.tensor(plain)]
-        banned = [(row, states[index].params.end_id) for row, index in enumerate(plain)
-                  if _end_banned(states[index])]  # fmt: skip
-        if banned:  # a benchmark's exact lengths ban every row's end id, so in one write
-            at_rows, end_ids = zip(*banned, strict=True)
-            rows[torch.tensor(at_rows), torch.tensor(end_ids)] = float("-inf")
-        logprobs = torch.log_softmax(rows, dim=-1)
-        # max's indices are argmax's (the first of equal maxima, NaN as the largest) at a third
-        # of its time on CPU: 16 rows of 49,152, 200 against 554 µs.
-        tokens = rows.max(dim=-1).indices
-        chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()
-        for row, (index, token) in enumerate(zip(plain, tokens.tolist(), strict=True)):
-            choice = TokenChoice(token=token, logprob=chosen[row])
-            count = states[index].params.num_top_logprobs
-            if count > 0:
-                choice.top_ids, choice.top_logprobs = top_logprobs(logprobs[row], count)
-            choices[index] = choice
-    return [
-        choices[index] if index in choices else choose_token(logits[index].clone(), state)
-        for index, state in enumerate(states)
-    ]

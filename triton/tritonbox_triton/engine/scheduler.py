@@ -33,12 +33,13 @@ from transformers import DynamicCache, PreTrainedModel
 from . import prefill, prompt_logprobs
 from .admission import BurstWindow
 from .attention import padding_block
+from .batch_choice import choose_tokens
 from .decode_step import DecodeStep, unsupported
 from .fused_ops import load as load_fused_ops
 from .kv_batch import BatchedKVCache, Layers, prefilled_layers
 from .lora_layers import EngineAdapter, LoraRows
 from .params import EngineLimits, SamplingParams
-from .sampling import SequenceState, TokenChoice, choose_tokens
+from .sampling import SequenceState, TokenChoice
 from .stats import IterationStats
 from .words import Decode, WordRules
 

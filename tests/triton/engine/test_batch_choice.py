@@ -1,0 +1,66 @@
+"""A decode step's choices: the plain rows' in shared operations, each its lone choice."""
+
+from __future__ import annotations
+
+import torch
+
+from tritonbox_triton.engine.batch_choice import choose_tokens, plain_greedy, plain_sampled
+from tritonbox_triton.engine.params import SamplingParams
+from tritonbox_triton.engine.sampling import SequenceState, choose_token
+from tritonbox_triton.engine.words import WordRules
+
+VOCAB = 4096  # wide enough for top-p to sort only its candidates, as with a real vocabulary
+
+
+def state(**params: float | int) -> SequenceState:
+    settings = {"max_tokens": 8, "end_id": 0, "pad_id": 0, **params}
+    return SequenceState(
+        params=SamplingParams(**settings),  # type: ignore[arg-type]
+        prompt=[3, 4, 4],
+        words=WordRules(lambda ids: "".join(chr(97 + i % 26) for i in ids)),
+    )
+
+
+def test_a_batch_chooses_what_each_row_would_alone() -> None:
+    """The plain greedy rows (still under min_tokens or not) share one log-softmax and argmax,
+    the plain sampled ones their temperature, log-softmax and softmax; the others (penalised,
+    with bad words) go row by row; every choice is the lone one's, each draw from the row's
+    own generator."""
+    decode = state().words._decode
+    rows = [
+        state(num_top_logprobs=3),
+        state(temperature=0.7, top_p=0.9, seed=5),
+        state(repetition_penalty=1.3),
+        state(min_tokens=4),
+        state(),
+        SequenceState(
+            params=SamplingParams(max_tokens=8, end_id=0, pad_id=0),
+            prompt=[1],
+            words=WordRules(decode, bad_words=[[5]]),
+        ),
+        state(end_id=-1, min_tokens=4),
+        state(temperature=1.3, top_p=0.95, seed=6, num_top_logprobs=2),
+        state(temperature=0.7, top_k=40, seed=7),
+        state(temperature=0.9, top_k=20, top_p=0.5, seed=8, min_tokens=4),
+        state(temperature=0.5, top_k=300, seed=9),
+        state(temperature=0.7, top_p=0.9, seed=5, repetition_penalty=1.2),
+    ]
+    greedy = [True, False, False, True, True, False, True, False, False, False, False, False]
+    sampled = [False, True, False, False, False, False, False, True, True, True, True, False]
+    assert [plain_greedy(row) for row in rows] == greedy
+    assert [plain_sampled(row) for row in rows] == sampled
+    logits = torch.randn(len(rows), VOCAB, generator=torch.Generator().manual_seed(3)) * 4
+    logits[:, 5] = 20.0  # the best token everywhere, unless a rule bans it
+    logits[3:5, 0] = 30.0  # the end id: banned under min_tokens (row 3), chosen past it (row 4)
+    logits[9, 0] = 30.0  # a sampled row's end id, banned under min_tokens
+    before = logits.clone()
+    batched = choose_tokens(logits, rows)
+    others = [index for index in range(len(rows)) if not (greedy[index] or sampled[index])]
+    assert torch.equal(logits[others], before[others])  # only plain rows get bans written
+    for row in rows:  # the sampled rows draw again from fresh generators of the same seeds
+        row.generator.manual_seed(row.params.seed)
+    alone = [choose_token(before[index].clone(), row) for index, row in enumerate(rows)]
+    assert batched == alone
+    assert batched[5].token != 5 and batched[0].top_ids[0] == 5
+    assert (batched[3].token, batched[4].token) == (5, 0)
+    assert batched[9].token != 0 and len(batched[7].top_ids) == 2
