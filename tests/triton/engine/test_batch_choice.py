@@ -44,15 +44,18 @@ def test_a_batch_chooses_what_each_row_would_alone() -> None:
         state(temperature=0.9, top_k=20, top_p=0.5, seed=8, min_tokens=4),
         state(temperature=0.5, top_k=300, seed=9),
         state(temperature=0.7, top_p=0.9, seed=5, repetition_penalty=1.2),
+        state(temperature=1.0, top_p=0.9, seed=10),  # a long tail: top-p sorts the vocabulary
     ]
-    greedy = [True, False, False, True, True, False, True, False, False, False, False, False]
-    sampled = [False, True, False, False, False, False, False, True, True, True, True, False]
+    greedy = [True, False, False, True, True, False, True] + [False] * 6
+    sampled = [False, True, False, False, False, False, False, True, True, True, True, False, True]
     assert [plain_greedy(row) for row in rows] == greedy
     assert [plain_sampled(row) for row in rows] == sampled
     logits = torch.randn(len(rows), VOCAB, generator=torch.Generator().manual_seed(3)) * 4
     logits[:, 5] = 20.0  # the best token everywhere, unless a rule bans it
     logits[3:5, 0] = 30.0  # the end id: banned under min_tokens (row 3), chosen past it (row 4)
     logits[9, 0] = 30.0  # a sampled row's end id, banned under min_tokens
+    logits[12] = 0.0  # 4,095 tokens under 1e-4 of the best's weight hold 16% of the mass
+    logits[12, 7] = 10.0
     before = logits.clone()
     batched = choose_tokens(logits, rows)
     others = [index for index in range(len(rows)) if not (greedy[index] or sampled[index])]
@@ -64,3 +67,23 @@ def test_a_batch_chooses_what_each_row_would_alone() -> None:
     assert batched[5].token != 5 and batched[0].top_ids[0] == 5
     assert (batched[3].token, batched[4].token) == (5, 0)
     assert batched[9].token != 0 and len(batched[7].top_ids) == 2
+
+
+def test_many_sampled_rows_are_each_their_own() -> None:
+    """Many peaked rows of a real vocabulary's width side by side, each with its temperature
+    and top-p: every token is the one its row draws alone, seed for seed."""
+    generator = torch.Generator().manual_seed(11)
+    rows = [
+        state(temperature=0.4 + 0.1 * (index % 9), top_p=0.5 + 0.05 * (index % 10), seed=index)
+        for index in range(48)
+    ]
+    logits = torch.randn(len(rows), 49_152, generator=generator) * 3
+    peaks = torch.randint(0, 49_152, (len(rows), 6), generator=generator)
+    logits.scatter_(1, peaks, torch.rand(len(rows), 6, generator=generator) * 4 + 14)
+    before = logits.clone()
+    batched = choose_tokens(logits, rows)
+    for row in rows:
+        row.generator.manual_seed(row.params.seed)
+    alone = [choose_token(before[index].clone(), row) for index, row in enumerate(rows)]
+    assert batched == alone
+    assert len({choice.token for choice in batched}) > 1
