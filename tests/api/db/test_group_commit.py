@@ -135,6 +135,23 @@ def test_inserts_join_the_completions(database: Database, statements: Statements
     assert all(isinstance(r, Prediction) and r.status is Status.SUCCEEDED for r in results[3:])
 
 
+def test_the_writes_of_one_pass_of_the_event_loop_share_a_drain(
+    database: Database, statements: Statements
+) -> None:
+    """A wave's streams end in one engine step: their completions come in one pass of the
+    event loop, with every writer idle, and still share one commit (the first does not go
+    alone with the rest behind it)."""
+    ids = _inserted(database, 8)
+    statements.commits = 0
+    writes = PredictionWrites(database)
+
+    async def main() -> list[Prediction]:
+        return await asyncio.gather(*(writes.complete(**_ending(i)) for i in ids))
+
+    assert all(row.status is Status.SUCCEEDED for row in asyncio.run(main()))
+    assert statements.commits == 1
+
+
 def test_a_lone_write_goes_alone(database: Database, statements: Statements) -> None:
     writes = PredictionWrites(database)
     created = asyncio.run(writes.create(**_new("p")))
