@@ -175,6 +175,7 @@ def test_a_large_wave_starts_once_one_more_than_half_of_it_is_in() -> None:
     assert window.first_pass_size(10.01, waiting=9) == 9
     assert window.first_pass_size(10.01, waiting=16) == 9  # all in already: still nine first
     assert window.first_pass_size(10.01, waiting=20) == 11  # more than expected came
+    assert window.first_pass_size(10.01, waiting=8) == 5  # fewer came: the wave shrank
 
 
 def test_the_first_pass_takes_one_more_than_half() -> None:
@@ -203,7 +204,7 @@ def test_a_burst_starts_once_one_more_than_half_a_batch_is_in() -> None:
     assert window.wait_until(20.0, 20.008, waiting=4, batch=4) is None  # a small batch: all of it
     # A burst's first pass: as if the batch were coming, or all of a small one.
     assert window.first_pass_size(20.0, waiting=16, batch=16) == 9
-    assert window.first_pass_size(20.0, waiting=12, batch=64) == 12
+    assert window.first_pass_size(20.0, waiting=12, batch=64) == 7  # the wait is over: all in
     assert window.first_pass_size(20.0, waiting=4, batch=4) == 4
 
 

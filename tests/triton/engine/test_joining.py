@@ -68,7 +68,7 @@ def test_requests_that_came_during_a_prefill_take_theirs_before_the_step(
 
 
 @pytest.mark.parametrize(("waiting", "rows", "passes"), [(8, 8, [5, 3]), (16, 16, [9, 7]),
-                                                        (8, 16, [8]), (7, 7, [7])])  # fmt: skip
+                                                        (8, 16, [5, 3]), (7, 7, [7])])  # fmt: skip
 def test_a_large_wave_waiting_at_once_is_prefilled_in_two_passes_before_the_step(
     model: Any,
     tokenizer: Any,
@@ -78,8 +78,9 @@ def test_a_large_wave_waiting_at_once_is_prefilled_in_two_passes_before_the_step
     rows: int,
     passes: list[int],
 ) -> None:
-    """One more than half first (admission.py), the rest right after it; a burst smaller than
-    the engine's batch may still grow, and a group under SPLIT_FROM is prefilled whole."""
+    """One more than half first (admission.py), the rest right after it, of a burst smaller
+    than the engine's batch too (its wait is over: it is all there); a group under SPLIT_FROM
+    is prefilled whole."""
     engine, steps, request = _engine(model, tokenizer, rows)
     sizes: list[int] = []
     prefill = engine._prefill_shared

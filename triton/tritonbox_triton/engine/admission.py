@@ -118,11 +118,14 @@ class BurstWindow:
         return min(first_arrival + self._window_s, self._last_arrival + self._quiet_s)
 
     def first_pass_size(self, first_arrival: float, waiting: int, batch: int = 0) -> int:
-        """How many of `waiting` requests an idle engine prefills first, the oldest arrived at
-        `first_arrival`: `first_pass` of the returning wave's count, else of the engine's
-        `batch`, or of those waiting where there are more."""
+        """How many of `waiting` requests an idle engine prefills first once its wait is over,
+        the oldest arrived at `first_arrival`: `first_pass` of the returning wave's count (else
+        of the engine's `batch`), or of those waiting where there are more; where fewer than
+        that count's first pass came before the wait ended, they are all that came, and
+        `first_pass` of them."""
         expected = self._expected if self._returning(first_arrival) else batch
-        return min(waiting, first_pass(max(expected, waiting)))
+        whole = max(expected, waiting) if waiting >= first_pass(expected) else waiting
+        return min(waiting, first_pass(whole))
 
     def _returning(self, first_arrival: float) -> bool:
         """Whether a request that arrived at `first_arrival` opens the wave expected back. It may
