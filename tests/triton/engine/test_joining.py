@@ -98,3 +98,25 @@ def test_a_large_wave_waiting_at_once_is_prefilled_in_two_passes_before_the_step
     assert all(sink.tokens for sink in sinks)  # every first token is out
     # and one step for all (its tokens held from 8 rows on: pairs, scheduler.py)
     assert (steps.iterations[0].context, steps.iterations[0].generation) == (waiting, waiting)
+
+
+def test_a_large_rest_is_split_again_before_the_step(
+    model: Any, tokenizer: Any, make_sink: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wave larger than the one expected (8 came back last time, 16 now): its first pass is
+    the expected wave's, and the 11 left are split as a wave of their own, all before the step."""
+    engine, steps, request = _engine(model, tokenizer, 16)
+    monkeypatch.setattr(engine._bursts, "first_pass_size", lambda *_: 5)  # first_pass(8)
+    sizes: list[int] = []
+    prefill = engine._prefill_shared
+
+    def recorded(requests: Any, copies: int = 1) -> None:
+        sizes.append(len(requests))
+        prefill(requests, copies)
+
+    monkeypatch.setattr(engine, "_prefill_shared", recorded)
+    for sink in [make_sink() for _ in range(16)]:
+        engine.submit(request(sink))
+    engine.run_once()
+    assert sizes == [5, 6, 5]
+    assert (steps.iterations[0].context, steps.iterations[0].generation) == (16, 16)

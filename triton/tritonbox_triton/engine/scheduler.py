@@ -31,7 +31,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from . import prefill, prompt_logprobs
-from .admission import BurstWindow
+from .admission import BurstWindow, first_pass
 from .attention import padding_block
 from .batch_choice import choose_tokens
 from .decode_step import DecodeStep, unsupported
@@ -293,13 +293,13 @@ class InflightBatcher:
         self._drop_cancelled(ask_clients)
         if ask_clients:
             self._drop_cancelled_waiting()
-        first_pass = self._await_burst()
-        if self._admit(first_pass):
-            # The rest of a wave split in two (admission.py), and those that came in during that
-            # prefill, take theirs now rather than after a step:
-            # the step then runs for all of them, which costs little more than for the first
-            # (its products read the weights once either way), and they stay in step.
-            self._admit()
+        if self._admit(self._await_burst()):
+            # The rest of a wave split in passes (admission.py), and those that came in during a
+            # prefill, take theirs now rather than after a step: the step then runs for all of
+            # them, which costs little more than for the first (its products read the weights
+            # once either way), and they stay in step. A large rest is split again, as a wave.
+            while self._admit(self._next_pass()):
+                pass
         if self._running:
             self._decode_step()
         self._report()
@@ -326,6 +326,11 @@ class InflightBatcher:
             return self._bursts.first_pass_size(
                 self._queue_started, len(self._waiting), self._max_batch_size
             )
+
+    def _next_pass(self) -> int:
+        """How many of those waiting the next pass before the step takes (admission.py)."""
+        with self._wakeup:
+            return first_pass(len(self._waiting))
 
     def _report(self) -> None:
         self._iteration += 1
