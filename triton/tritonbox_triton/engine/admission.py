@@ -35,13 +35,13 @@ the rest give the wave its least mean time to first token at n = N/2 + fixed / (
 N/2 + 1 to 1.7 on both machines, so the first pass takes one more than half (9 of 16, 5 of 8).
 From `SPLIT_FROM` requests on (the wave's expected count; for a burst, whose size is unknown, the
 engine's batch) the wait ends once that many are in, and a first pass takes no more even when
-more are waiting; the rest take the next passes right after it, before the decode step (split
-the same way where they are many: a wave that grew past the one expected). Of 16 at once on the
-AMD machine:
-9 first tokens after ~110 ms and 7 after ~200, against all 16 after ~175 in one pass (the mean
-~150 against ~175; the last ~25 ms later, one pass's fixed cost; docs/cpu-engine.md, tenth
-round). Below `SPLIT_FROM` the second pass's fixed cost outweighs the gain: a group is waited
-for and prefilled whole.
+more are waiting; where fewer came before the wait ended, they are all there is, and the first
+pass is one more than half of them. The rest take the next passes right after it, before the
+decode step (split the same way where they are many: a wave that grew past the one expected).
+Of 16 at once on the AMD machine: 9 first tokens after ~110 ms and 7 after ~200, against all 16
+after ~175 in one pass (the mean ~150 against ~175; the last ~25 ms later, one pass's fixed
+cost; docs/cpu-engine.md, tenth round). Below `SPLIT_FROM` the second pass's fixed cost
+outweighs the gain: a group is waited for and prefilled whole.
 
 Triton's own dynamic batcher has the same knob (`max_queue_delay_microseconds`), fixed.
 """
