@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from tritonbox_testing.sequences import sequence_state as state
 
 from tritonbox_triton.engine.batch_choice import choose_tokens, plain_greedy, plain_sampled
 from tritonbox_triton.engine.params import SamplingParams
@@ -10,15 +11,6 @@ from tritonbox_triton.engine.sampling import SequenceState, choose_token
 from tritonbox_triton.engine.words import WordRules
 
 VOCAB = 4096  # wide enough for top-p to sort only its candidates, as with a real vocabulary
-
-
-def state(**params: float | int) -> SequenceState:
-    settings = {"max_tokens": 8, "end_id": 0, "pad_id": 0, **params}
-    return SequenceState(
-        params=SamplingParams(**settings),  # type: ignore[arg-type]
-        prompt=[3, 4, 4],
-        words=WordRules(lambda ids: "".join(chr(97 + i % 26) for i in ids)),
-    )
 
 
 def test_a_batch_chooses_what_each_row_would_alone() -> None:

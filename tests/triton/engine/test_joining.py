@@ -27,6 +27,19 @@ def _engine(
     return engine, steps, lambda sink: EngineRequest(prompt, params, sink, [], [])
 
 
+def _passes(engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the engine's shared prefill passes, as they are run."""
+    sizes: list[int] = []
+    prefill = engine._prefill_shared
+
+    def recorded(requests: Any, copies: int = 1) -> None:
+        sizes.append(len(requests))
+        prefill(requests, copies)
+
+    monkeypatch.setattr(engine, "_prefill_shared", recorded)
+    return sizes
+
+
 def test_a_prefills_first_tokens_all_leave_before_its_keys_are_copied(
     model: Any, tokenizer: Any, make_sink: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -82,14 +95,7 @@ def test_a_large_wave_waiting_at_once_is_prefilled_in_two_passes_before_the_step
     than the engine's batch too (its wait is over: it is all there); a group under SPLIT_FROM
     is prefilled whole."""
     engine, steps, request = _engine(model, tokenizer, rows)
-    sizes: list[int] = []
-    prefill = engine._prefill_shared
-
-    def recorded(requests: Any, copies: int = 1) -> None:
-        sizes.append(len(requests))
-        prefill(requests, copies)
-
-    monkeypatch.setattr(engine, "_prefill_shared", recorded)
+    sizes = _passes(engine, monkeypatch)
     sinks = [make_sink() for _ in range(waiting)]
     for sink in sinks:
         engine.submit(request(sink))
@@ -107,14 +113,7 @@ def test_a_large_rest_is_split_again_before_the_step(
     the expected wave's, and the 11 left are split as a wave of their own, all before the step."""
     engine, steps, request = _engine(model, tokenizer, 16)
     monkeypatch.setattr(engine._bursts, "first_pass_size", lambda *_: 5)  # first_pass(8)
-    sizes: list[int] = []
-    prefill = engine._prefill_shared
-
-    def recorded(requests: Any, copies: int = 1) -> None:
-        sizes.append(len(requests))
-        prefill(requests, copies)
-
-    monkeypatch.setattr(engine, "_prefill_shared", recorded)
+    sizes = _passes(engine, monkeypatch)
     for sink in [make_sink() for _ in range(16)]:
         engine.submit(request(sink))
     engine.run_once()

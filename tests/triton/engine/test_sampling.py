@@ -11,6 +11,7 @@ from transformers.generation.logits_process import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
+from tritonbox_testing.sequences import sequence_state as state
 
 from tritonbox_triton.engine.params import SamplingParams
 from tritonbox_triton.engine.sampling import (
@@ -29,15 +30,6 @@ def _draw_masked(logits: torch.Tensor, generator: torch.Generator) -> int:
     `kept_ids`)."""
     kept = (logits > float("-inf")).nonzero().flatten()
     return int(kept[draw_index(logits[kept], generator)])
-
-
-def state(**params: float | int) -> SequenceState:
-    settings = {"max_tokens": 8, "end_id": 0, "pad_id": 0, **params}
-    return SequenceState(
-        params=SamplingParams(**settings),  # type: ignore[arg-type]
-        prompt=[3, 4, 4],
-        words=WordRules(lambda ids: "".join(chr(97 + i % 26) for i in ids)),
-    )
 
 
 def test_repetition_penalty_matches_transformers() -> None:
