@@ -79,3 +79,15 @@ def test_many_sampled_rows_are_each_their_own() -> None:
     alone = [choose_token(before[index].clone(), row) for index, row in enumerate(rows)]
     assert batched == alone
     assert len({choice.token for choice in batched}) > 1
+
+
+def test_sampled_rows_without_top_p_are_each_their_own() -> None:
+    """A step whose sampled rows all cut by top-k (no top-p softmax shared): every token is
+    still the one its row draws alone."""
+    rows = [state(temperature=0.8, top_k=k, seed=k) for k in (5, 40, 300, 7)]
+    logits = torch.randn(len(rows), VOCAB, generator=torch.Generator().manual_seed(2)) * 3
+    before = logits.clone()
+    batched = choose_tokens(logits, rows)
+    for row in rows:
+        row.generator.manual_seed(row.params.seed)
+    assert batched == [choose_token(before[i].clone(), row) for i, row in enumerate(rows)]

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .sampling import SequenceState, TokenChoice, choose_token, top_logprobs
-from .truncation import candidate_mask, draw_index, kept_ids
+from .sampling import SequenceState, TokenChoice, choose_token, end_banned, top_logprobs
+from .truncation import candidate_mask, draw_index, kept_ids, top_p_alone
 
 
 def _plain(state: SequenceState) -> bool:
@@ -46,11 +46,7 @@ def plain_sampled(state: SequenceState) -> bool:
 def _ban_ends(rows: torch.Tensor, states: Sequence[SequenceState]) -> None:
     """min_tokens' ban of each row's end id (as `choose_token` does), in one write: a
     benchmark's exact lengths ban every row's."""
-    banned = [
-        (row, state.params.end_id)
-        for row, state in enumerate(states)
-        if state.params.end_id >= 0 and len(state.generated) < state.params.min_tokens
-    ]
+    banned = [(row, state.params.end_id) for row, state in enumerate(states) if end_banned(state)]
     if banned:
         at_rows, end_ids = zip(*banned, strict=True)
         rows[torch.tensor(at_rows), torch.tensor(end_ids)] = float("-inf")
@@ -78,12 +74,16 @@ def _sampled(rows: torch.Tensor, states: Sequence[SequenceState]) -> list[TokenC
     temperatures = torch.tensor([[state.params.temperature] for state in states])
     scaled = rows / temperatures.to(rows.dtype)  # as choose_token's division, row by row
     logprobs = torch.log_softmax(scaled, dim=-1)
-    probs = scaled.softmax(dim=-1)  # top-p's candidates (truncation.py)
-    mask = candidate_mask(probs)
+    vocab = rows.shape[-1]
+    shared = None  # top-p's softmax and candidates (truncation.py), where a row uses them
+    if any(top_p_alone(s.params.top_k, s.params.top_p, vocab) for s in states):
+        probs = scaled.softmax(dim=-1)
+        shared = probs, candidate_mask(probs)
     choices = []
     for row, state in enumerate(states):
         params = state.params
-        kept = kept_ids(scaled[row], params.top_k, params.top_p, probs[row], mask[row])
+        probs_row, mask_row = (shared[0][row], shared[1][row]) if shared else (None, None)
+        kept = kept_ids(scaled[row], params.top_k, params.top_p, probs_row, mask_row)
         token = int(kept[draw_index(scaled[row][kept], state.generator)])
         choice = TokenChoice(token=token, logprob=float(logprobs[row, token]))
         choices.append(_with_top(choice, logprobs[row], state))

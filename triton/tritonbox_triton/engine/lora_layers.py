@@ -147,8 +147,8 @@ def _as_twins(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     AMX machine's agree), so one product over the whole batch gave a row other bits than its
     solo run; a batch of two-row products gives each row the solo bits, whatever the batch."""
     rows, _, width = x.shape
-    twins = x.expand(rows, 2, width)
-    return torch.bmm(twins, weight.t().expand(rows, *weight.t().shape))[:, :1]
+    transposed = weight.t()
+    return torch.bmm(x.expand(rows, 2, width), transposed.expand(rows, *transposed.shape))[:, :1]
 
 
 def attach_lora(model: nn.Module) -> tuple[LoraRows, dict[str, tuple[int, int]], int]:

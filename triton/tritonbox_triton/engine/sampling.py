@@ -113,6 +113,11 @@ def _sampled_token(
     return int(kept[torch.argmax(values)])
 
 
+def end_banned(state: SequenceState) -> bool:
+    """Whether min_tokens still bans this sequence's end id."""
+    return state.params.end_id >= 0 and len(state.generated) < state.params.min_tokens
+
+
 def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
     """Pick the next token for one sequence; `logits` is its float32 row (modified in place)."""
     params = state.params
@@ -123,7 +128,7 @@ def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
         return TokenChoice(token=params.end_id, logprob=0.0)
     unbanned = logits.clone() if guide is not None else logits
     _apply_penalties(logits, state)
-    if len(state.generated) < params.min_tokens and params.end_id >= 0:
+    if end_banned(state):
         logits[params.end_id] = float("-inf")
     context = state.context()
     for token in state.words.banned_tokens(context):

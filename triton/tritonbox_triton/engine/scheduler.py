@@ -387,7 +387,8 @@ class InflightBatcher:
         it admitted."""
         admitted: list[EngineRequest] = []
         room = self._max_batch_size - len(self._running)
-        while len(admitted) < (room if limit is None else min(room, limit)):
+        most = room if limit is None else min(room, limit)
+        while len(admitted) < most:
             with self._wakeup:
                 if not self._waiting:
                     break

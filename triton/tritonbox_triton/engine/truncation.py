@@ -73,6 +73,12 @@ def draw_index(values: torch.Tensor, generator: torch.Generator) -> int:
     return int(index.clamp(max=values.numel() - 1))
 
 
+def top_p_alone(top_k: int, top_p: float, vocab: int) -> bool:
+    """Whether top-p alone truncates a row of `vocab` logits (no top-k that cuts it): the case
+    `kept_ids` decides among top-p's candidates."""
+    return (top_k <= 0 or top_k >= vocab) and 0.0 < top_p < 1.0
+
+
 def kept_ids(
     logits: torch.Tensor,
     top_k: int,
@@ -84,7 +90,7 @@ def kept_ids(
     deciding among its candidates (a model's peaked logits), without writing a mask over the
     vocabulary and searching it again: a fifth of a sampled row's time. `probs`, `mask`: as
     `top_p_candidates` takes them."""
-    if (top_k <= 0 or top_k >= logits.numel()) and 0.0 < top_p < 1.0:
+    if top_p_alone(top_k, top_p, logits.numel()):
         kept = top_p_candidates(logits, top_p, probs, mask)
         if kept is not None:
             return kept.sort().values
