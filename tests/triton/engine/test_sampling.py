@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from transformers.generation.logits_process import (
@@ -29,7 +30,7 @@ def _draw_masked(logits: torch.Tensor, generator: torch.Generator) -> int:
     """A token drawn over a row whose removed tokens are -inf (as choose_token drew before
     `kept_ids`)."""
     kept = (logits > float("-inf")).nonzero().flatten()
-    return int(kept[draw_index(logits[kept], generator)])
+    return int(kept[draw_index(logits[kept].numpy(), generator)])
 
 
 def test_repetition_penalty_matches_transformers() -> None:
@@ -150,8 +151,9 @@ def test_sampling_among_the_kept_ids_draws_what_the_masks_drew(
         logits = torch.randn(4096, generator=generator) * scale
         logits[torch.randint(0, 4096, (50,), generator=generator)] = float("-inf")  # bans
         filtered = filter_top_k_top_p(logits.clone(), top_k, top_p)
-        expected_ids = (filtered > float("-inf")).nonzero().flatten()
-        assert torch.equal(kept_ids(logits.clone(), top_k, top_p), expected_ids)
+        expected_ids = (filtered > float("-inf")).nonzero().flatten().numpy()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        assert np.array_equal(kept_ids(logits.clone(), logprobs, top_k, top_p), expected_ids)
 
     def decode(ids: list[int]) -> str:
         return "".join(f" w{i % 7}" for i in ids)

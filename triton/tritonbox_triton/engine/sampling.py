@@ -23,10 +23,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from .params import SamplingParams
-from .truncation import draw_index, kept_ids
+from .truncation import Ids, draw_index, kept_ids
 from .words import WordRules
 
 if TYPE_CHECKING:  # xgrammar is imported by whoever compiles guides (model.py), not here
@@ -98,7 +100,7 @@ def _greedy_token(logits: torch.Tensor, words: WordRules, context: list[int]) ->
 
 
 def _sampled_token(
-    kept: torch.Tensor, values: torch.Tensor, state: SequenceState, context: list[int]
+    kept: Ids, values: npt.NDArray[np.float32], state: SequenceState, context: list[int]
 ) -> int:
     """A token drawn among `kept` (ascending ids; `values` their logits) that completes no bad
     word: a rejected one leaves the draw, as if its logit were -inf."""
@@ -108,9 +110,9 @@ def _sampled_token(
             return token
         still = kept != token
         kept, values = kept[still], values[still]
-        if kept.numel() == 0:
+        if kept.size == 0:
             return token
-    return int(kept[torch.argmax(values)])
+    return int(kept[np.argmax(values)])
 
 
 def end_banned(state: SequenceState) -> bool:
@@ -147,8 +149,8 @@ def choose_token(logits: torch.Tensor, state: SequenceState) -> TokenChoice:
     if params.greedy:
         token = _greedy_token(logits, state.words, context)
     else:
-        kept = kept_ids(logits, params.top_k, params.top_p)
-        token = _sampled_token(kept, logits[kept], state, context)
+        kept = kept_ids(logits, logprobs, params.top_k, params.top_p)
+        token = _sampled_token(kept, logits.numpy()[kept], state, context)
     if guide is not None:
         guide.accept(token)  # the mask allowed it, so the matcher takes it
     choice = TokenChoice(token=token, logprob=float(logprobs[token]))
