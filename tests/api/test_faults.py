@@ -1,5 +1,8 @@
 """Faults leave correct rows and a server that keeps serving: clients that leave, Triton
-stopped and restarted under the api, the api killed mid-stream, overload, the API key."""
+stopped and restarted under the api, the api killed mid-stream, overload, the API key.
+
+Longer than 250 lines because the faults share one served api, and each needs its own way to
+cause the fault and its checks of the row and the server afterwards."""
 
 from __future__ import annotations
 
@@ -130,10 +133,15 @@ def test_overload_gets_429_with_retry_after(api_server: Any) -> None:
     # Every slot free first: a stream an earlier test left open still holds one.
     wait_for(lambda: api_in_flight(api_server) == 0, 120)
     statuses: list[int] = []
-    body = {"input": {"prompt": "Hi", "max_tokens": 20}}
+    # Each holds its slot for 40 tokens, and all are sent at once: a short answer (the model
+    # may end "Hi" in a few tokens) freed its slot before the last threads had sent theirs,
+    # and no request was ever refused.
+    body = {"input": {"prompt": "Hi", "max_tokens": 40, "min_tokens": 40}}
+    together = threading.Barrier(limit + 8)
 
     def send() -> None:
         with httpx.Client(base_url=api_server.url, timeout=120) as client:
+            together.wait()
             statuses.append(client.post("/v1/predictions", json=body).status_code)
 
     threads = [threading.Thread(target=send) for _ in range(limit + 8)]
