@@ -137,7 +137,7 @@ def test_overload_gets_429_with_retry_after(api_server: Any) -> None:
     # may end "Hi" in a few tokens) freed its slot before the last threads had sent theirs,
     # and no request was ever refused.
     body = {"input": {"prompt": "Hi", "max_tokens": 40, "min_tokens": 40}}
-    together = threading.Barrier(limit + 8)
+    together = threading.Barrier(limit + 8, timeout=60)  # a thread that failed: no hang
 
     def send() -> None:
         with httpx.Client(base_url=api_server.url, timeout=120) as client:
