@@ -41,6 +41,7 @@ from .lora_layers import EngineAdapter, LoraRows
 from .params import EngineLimits, SamplingParams
 from .sampling import SequenceState, TokenChoice
 from .stats import IterationStats
+from .thread_slice import request_slice
 from .words import Decode, WordRules
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,8 @@ class InflightBatcher:
         # bursts: how long an idle engine waits for the rest of a burst (None: admission.py's).
         self._bursts = bursts or BurstWindow()
         self._queue_started = 0.0  # when the oldest waiting request arrived
+        self._slice = "not started"  # the engine thread's scheduler slice, for describe()
+        self._slice_set = threading.Event()
 
     def submit(self, request: EngineRequest) -> bool:
         """Queue `request`; False (and the request failed) when MAX_QUEUE_SIZE are waiting."""
@@ -244,6 +247,7 @@ class InflightBatcher:
         """
         self._thread = threading.Thread(target=self._loop, name="inflight-batcher", daemon=True)
         self._thread.start()
+        self._slice_set.wait(10)  # for describe()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         with self._wakeup:
@@ -259,6 +263,11 @@ class InflightBatcher:
         self._running.clear()
 
     def _loop(self) -> None:
+        # Before the first parallel region: its OpenMP workers inherit the slice (thread_slice.py).
+        try:
+            self._slice = request_slice()
+        finally:
+            self._slice_set.set()
         if self._threads > 0:
             # OpenMP's thread count is per calling thread: the engine's own (start() says more).
             torch.set_num_threads(self._threads)
@@ -278,9 +287,10 @@ class InflightBatcher:
 
     def describe(self) -> str:
         """The start-up log line's words for how batches without adapters are decoded."""
-        if self._fast_step is None:
-            return "the model's forward"
-        return f"the written-out step, {self._fast_step.describe()}"
+        how = "the model's forward"
+        if self._fast_step is not None:
+            how = f"the written-out step, {self._fast_step.describe()}"
+        return f"{how}; on {self._slice}"
 
     @torch.inference_mode()
     def run_once(self) -> bool:
