@@ -121,9 +121,11 @@ def report(
         f"({os.cpu_count()} cores; {elapsed / 60:.0f} min). SmolLM2-135M-Instruct; a 39-token "
         f"prompt; exactly {args.tokens} output tokens per request (`min_tokens` + `ignore_eos`, "
         "counted); greedy; every request streamed. Each batch sends concurrency × "
-        f"{args.waves} requests (at least 4), `concurrency` at a time. The servers took turns, "
+        f"{args.waves} requests (at least {args.min_requests}), `concurrency` at a time. The "
+        "servers took turns, "
         f"one running at a time, {args.repeats} turns each; in TritonBox's turns the api and "
-        "direct-Triton batches alternate. Medians over the turns; min–max beside them.",
+        "direct-Triton batches alternate. tok/s: medians over the turns, min–max beside them; "
+        "TTFT and TPOT: medians over every request of the turns.",
         "",
         f"![tok/s against concurrency]({picture.name})",
         "",

@@ -37,7 +37,7 @@ def test_ratios_medians_and_tpot(report: ModuleType, tmp_path: Path) -> None:
         report.Server("TritonBox", 12.0, {"engine": 2**30}, ours),
     ]
     args = argparse.Namespace(
-        tokens=11, waves=2, repeats=2, concurrency=[1], output=tmp_path / "page.md"
+        tokens=11, waves=2, min_requests=16, repeats=2, concurrency=[1], output=tmp_path / "page.md"
     )
     page = report.report(servers, args, 60.0, None, (1.05, {"greedy": [1.0], "sampled": [1.05]}))
     # median 16.5 vs 33.0 tok/s: 2.00×; TTFT 200 vs 100 ms: 2.00×; TPOT 100 ms.
