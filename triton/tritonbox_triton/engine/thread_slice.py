@@ -3,14 +3,15 @@ a core at once.
 
 The engine's thread and its OpenMP workers keep both cores busy from one step to the next, while
 each token still has to pass the sending thread, tritonserver, the api and the client, each of
-which wakes up for it. Linux's EEVDF scheduler (6.6 on) lets a waking task preempt the running one
-only where the waking task's slice is shorter (`PREEMPT_SHORT`); with every task at the default
-slice (0.7–3 ms, by the number of cores), each of those wake-ups could wait for an engine thread's
-slice to run out. A first token took ~3–6 ms from the engine's send to the api's event and on to
-the client's (docs/cpu-engine.md, twelfth round). Asking for a longer slice for the engine's own
-threads (`sched_setattr`'s `sched_runtime` for a normal task, 6.12 on) leaves every other task's
-slice the shorter, so they preempt the engine as they wake, and the engine's share of the cores
-is unchanged: the slice decides when a task runs, not how much.
+which wakes up for it. Linux's EEVDF scheduler (6.6 on) lets a running task keep its core until
+its slice is used (`RUN_TO_PARITY`), unless the task that wakes asked for a shorter slice
+(`PREEMPT_SHORT`, 6.12 on); with every task at the default slice (0.7–3 ms, by the number of
+cores), each of those wake-ups could wait for an engine thread's slice to run out. A first token
+took ~5 ms (median) from the engine's send to the client's event through the api
+(docs/cpu-engine.md, twelfth round). A longer slice for the engine's own threads
+(`sched_setattr`'s `sched_runtime` for a normal task, 6.12 on) leaves every other task's slice the
+shorter, so they preempt the engine as they wake; the engine's share of the cores is unchanged
+(its weight decides that, not its slice).
 
 A kernel without per-task slices accepts the call and keeps its default; one that refuses it
 (no syscall, seccomp) leaves the engine as it was. Either way the engine runs, and its start-up
@@ -24,8 +25,8 @@ import os
 import platform
 import struct
 
-# Long against the default; the kernel's upper bound is 100 ms. 3, 20 and 100 ms all gave the
-# same first tokens in the twelfth round's A/B; 20 ms stays well inside the bound.
+# Long against the default; the kernel's upper bound is 100 ms. 3, 20 and 100 ms were alike in
+# the twelfth round's A/B (all better than the default); 20 ms stays well inside the bound.
 ENGINE_SLICE_NS = 20_000_000
 
 _SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}
@@ -39,7 +40,7 @@ _SCHED_OTHER = 0
 def _syscall(table: dict[str, int], *args: object) -> None:
     number = table.get(platform.machine())
     if number is None:
-        raise OSError(f"no sched_setattr number known for {platform.machine()}")
+        raise OSError(f"no sched_setattr/getattr numbers known for {platform.machine()}")
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(number, *args) != 0:
         error = ctypes.get_errno()
