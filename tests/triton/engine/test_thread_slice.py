@@ -47,7 +47,7 @@ def test_a_thread_gets_the_slice_it_asks_for_and_the_threads_it_starts_inherit_i
 ) -> None:
     def ask_then_start_one() -> tuple[str, int, int]:
         said = request_slice()
-        child = _in_a_thread(lambda: current_slice_ns())
+        child = _in_a_thread(current_slice_ns)
         return said, current_slice_ns(), child
 
     said, own, child = _in_a_thread(ask_then_start_one)
