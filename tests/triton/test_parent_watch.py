@@ -26,10 +26,15 @@ TRITON_SOURCES = Path(__file__).resolve().parents[2] / "triton"
 # The stub's model: starts the watcher as model.py's initialize does, then serves "forever".
 STUB_MODEL = textwrap.dedent(
     """\
-    import sys, time
+    import os, sys, time
     from tritonbox_triton.parent_watch import watch_parent
     watch_parent()
     print("watching", flush=True)
+    if sys.argv[-1] == "follows":  # as python_backend's stub does: it exits once its server is gone
+        server = os.getppid()
+        while os.getppid() == server:
+            time.sleep(0.01)
+        sys.exit(1)
     time.sleep(60 if sys.argv[-1] == "forever" else 1)
     """
 )
@@ -129,6 +134,26 @@ def test_a_killed_server_takes_its_stub_and_region_with_it(tmp_path: Path, regio
         server.kill()  # tritonserver crashes: nobody is left to end the stub
         deadline = time.monotonic() + 5
         while (alive(stub) or (SHM / region).exists()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(stub)
+        assert not (SHM / region).exists()
+        assert not alive(watcher)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def test_a_stub_that_exits_before_its_watcher_looks_still_leaves_no_region(
+    tmp_path: Path, region: str
+) -> None:
+    """python_backend's stub checks its server every 300 ms and exits once it is gone; where that
+    comes before the watcher's next look, the watcher (ended with it) still removes the region."""
+    server, stub = start_server(tmp_path, region, "follows")
+    try:
+        watcher = the_watcher_of(stub)
+        server.kill()  # the stub notices within 10 ms, well before the watcher's 250 ms look
+        deadline = time.monotonic() + 5
+        while (alive(watcher) or (SHM / region).exists()) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not alive(stub)
         assert not (SHM / region).exists()

@@ -12,8 +12,11 @@ reply while holding the GIL, and the stub's own parent check deadlocked in its q
 thread of the stub would never have run again. Why not PR_SET_PDEATHSIG on the stub itself: it
 fires when the *thread* that forked the stub ends, and Triton forks stubs from model-loading
 threads that may end while the server lives. The watcher does use it for itself: it is forked by
-the stub's main thread (which runs `initialize` and lives as long as the stub), so it dies with
-the stub and never outlives what it watches.
+the stub's main thread (which runs `initialize` and lives as long as the stub), so it ends with
+the stub and never outlives what it watches. The signal is SIGTERM, handled: a stub that is not
+hung sees its server gone by itself (python_backend checks every 300 ms) and exits, sometimes
+before this watcher's next look, and the region must still go; so a watcher whose stub ended
+removes the region if the server is gone too.
 
 The watcher stays in tritonserver's process group, so the launcher's group kill reaches it too.
 """
@@ -84,29 +87,56 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[1])
 
 
+def _server_gone(parent: int) -> bool:
+    """tritonserver is dead: no such process, or a zombie not yet reaped."""
+    server = _stat(parent)
+    return server is None or server[0] in ("Z", "X")
+
+
 def _parent_gone(stub: int, parent: int) -> bool:
-    server, mine = _stat(parent), _stat(stub)
+    mine = _stat(stub)
     if mine is None:
         return False  # the stub itself is gone: nothing to do (and this process is ending)
-    # A dead but unreaped server is a zombie (Z); a reaped one leaves the stub re-parented.
-    return server is None or server[0] in ("Z", "X") or mine[1] != parent
+    # A reaped server leaves the stub re-parented.
+    return _server_gone(parent) or mine[1] != parent
+
+
+class _StubEnded(Exception):
+    """The stub ended (this watcher's parent-death signal)."""
+
+
+def _stub_ended(signum: int, frame: object) -> None:
+    raise _StubEnded
+
+
+def _remove(region: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (SHM / region).unlink()  # removes the name; the mappings end with the processes
 
 
 def _watch(stub: int, parent: int, region: str) -> int:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    while os.getppid() == stub:  # else the stub has already ended
-        if _parent_gone(stub, parent):
-            with contextlib.suppress(FileNotFoundError):
-                (SHM / region).unlink()  # removes the name; the mappings end with the processes
-            print(
-                f"tritonbox parent_watch: tritonserver (pid {parent}) is gone; "
-                f"ending its Python backend stub (pid {stub}) and removing {region}",
-                file=sys.stderr,
-                flush=True,
-            )
-            os.kill(stub, signal.SIGKILL)
-            return 0
-        time.sleep(POLL_S)
+    signal.signal(signal.SIGTERM, _stub_ended)
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    try:
+        while os.getppid() == stub:  # else the stub has already ended
+            if _parent_gone(stub, parent):
+                _remove(region)
+                print(
+                    f"tritonbox parent_watch: tritonserver (pid {parent}) is gone; "
+                    f"ending its Python backend stub (pid {stub}) and removing {region}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os.kill(stub, signal.SIGKILL)
+                return 0
+            time.sleep(POLL_S)
+    except _StubEnded:
+        pass
+    # The stub ended. A stub that sees its server gone exits by itself, which may come before
+    # this watcher's next look; the region is then nobody else's to remove. Where the server
+    # still runs, the region is its own (it restarts or unloads stubs itself).
+    if _server_gone(parent):
+        _remove(region)
     return 0
 
 
