@@ -92,14 +92,14 @@ def server_listening_on(port: int, program: bytes) -> int:
     raise LookupError(f"no {program.decode()} process on port {port}")
 
 
-def rss_bytes(pids: list[int]) -> int:
+def rss_bytes(pids: list[int], field: str = "VmRSS:") -> int:
     """Resident memory of these processes now, summed (pages shared between them count once per
-    process, as `ps` shows them: an upper bound)."""
+    process, as `ps` shows them: an upper bound); `field="VmHWM:"`: each one's peak so far."""
     total = 0
     for pid in pids:
         with contextlib.suppress(OSError, ValueError):
             status = Path(f"/proc/{pid}/status").read_text()
-            line = next(row for row in status.splitlines() if row.startswith("VmRSS:"))
+            line = next(row for row in status.splitlines() if row.startswith(field))
             total += int(line.split()[1]) * 1024
     return total
 

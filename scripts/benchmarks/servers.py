@@ -1,5 +1,6 @@
-"""The servers the proxy benchmarks start: a tritonserver with the synthetic engine and api
-processes (`tritonbox-api serve`), each stopped when the benchmark's ExitStack unwinds."""
+"""The servers the benchmarks start: a tritonserver with the synthetic or the cpu engine, api
+processes (`tritonbox-api serve`), or the whole native stack through `scripts/up`; each stopped
+when the benchmark's ExitStack unwinds."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from scripts.benchmarks.proc import stop_group
 from tritonbox_testing.ports import free_ports
 
 from tritonbox_api.settings import ApiSettings
@@ -105,3 +107,31 @@ def start_api(
                 return url, process.pid
         time.sleep(0.3)
     raise RuntimeError(f"the api did not start:\n{(folder / 'api.log').read_text()[-3000:]}")
+
+
+def start_stack(
+    stack: contextlib.ExitStack, folder: Path, values: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], str, float]:
+    """The native stack as a user starts it, `scripts/up --without playground`, with an env file
+    of these settings (`values`) and nothing else; the process, the api's URL and the seconds
+    from the command to the api's ready (`/readyz`: Triton's engine loaded and the database
+    writable). Stopped as Ctrl-C would stop it when `stack` unwinds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env_file = folder / "tritonbox.env"
+    env_file.write_text("".join(f"{name}={value}\n" for name, value in values.items()))
+    url = f"http://127.0.0.1:{values['API_PORT']}"
+    names = {*TritonSettings.model_fields, *ApiSettings.model_fields}
+    environment = {k: v for k, v in os.environ.items() if k.lower() not in names}
+    started = time.monotonic()
+    with (folder / "up.log").open("wb") as out:
+        process = subprocess.Popen(
+            [str(REPO / "scripts" / "up"), "--without", "playground", "--env-file", str(env_file)],
+            env=environment, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    stack.callback(stop_group, process)
+    while time.monotonic() - started < 300 and process.poll() is None:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/readyz", timeout=5, trust_env=False).status_code == 200:
+                return process, url, time.monotonic() - started
+        time.sleep(0.2)
+    raise RuntimeError(f"scripts/up did not start:\n{(folder / 'up.log').read_text()[-3000:]}")

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -34,14 +35,15 @@ from scripts.benchmarks.proc import (
     rss_bytes,
 )
 from scripts.benchmarks.sampling_cost import sampled_over_greedy
-from scripts.benchmarks.servers import start_api, start_cpu_engine
-from scripts.benchmarks.vllm_env import install, start_vllm
+from scripts.benchmarks.servers import start_stack
+from scripts.benchmarks.vllm_env import install, kv_cache_bytes, start_vllm
 from scripts.benchmarks.vllm_report import Batch, Server, report
 from transformers import AutoTokenizer
+from tritonbox_testing.ports import free_ports
 
 from tritonbox_common.client import TritonLLMClient
 from tritonbox_triton.prepare_model import prepare_default_model
-from tritonbox_triton.settings import DEFAULT_MODEL_NAME
+from tritonbox_triton.settings import DEFAULT_MODEL_NAME, TritonSettings
 
 REPO = Path(__file__).resolve().parents[2]
 # 39 tokens with SmolLM2's tokenizer (checked at start), as in the measurement that set the goal.
@@ -121,9 +123,20 @@ async def measure(
     return batches
 
 
+def limits(args: argparse.Namespace) -> tuple[int, int]:
+    """Both servers' most sequences at once and longest sequence (prompt and output): the
+    concurrency's largest, and TritonBox's default MAX_INPUT_LEN + MAX_OUTPUT_LEN."""
+    fields = TritonSettings.model_fields
+    length = fields["max_input_len"].default + fields["max_output_len"].default
+    return max(args.concurrency), int(length)
+
+
 def serve_vllm(args: argparse.Namespace, executable: Path, folder: Path, rep: int) -> Server:
     with contextlib.ExitStack() as stack:
-        url, pid, ready_s = start_vllm(stack, executable, args.model_dir, folder, 256)
+        sequences, length = limits(args)
+        url, pid, ready_s = start_vllm(
+            stack, executable, args.model_dir, folder, max_seqs=sequences, max_model_len=length
+        )
 
         async def go() -> list[Batch]:
             async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
@@ -131,23 +144,39 @@ def serve_vllm(args: argparse.Namespace, executable: Path, folder: Path, rep: in
                 return await measure(paths, args, lambda: process_tree(pid), rep)
 
         batches = asyncio.run(go())
-        rss = {"all its processes": rss_bytes(process_tree(pid))}
-        return Server("vLLM CPU", ready_s, rss, batches)
+        everything = process_tree(pid)
+        memory = {"all its processes": (rss_bytes(everything), rss_bytes(everything, "VmHWM:"))}
+        return Server("vLLM CPU", ready_s, memory, batches)
+
+
+def kernel_build(up_log: Path) -> str:
+    """How the engine came by its C library, from its ready line in tritonserver's log."""
+    server_log = Path(re.findall(r"\(log: (.+?)\)", up_log.read_text())[-1])
+    ready = next(line for line in server_log.read_text().splitlines() if "cpu engine ready" in line)
+    built = re.search(r"compiled in ([\d.]+) s \(cold\)", ready)
+    return f"the engine's C library compiled cold in {built[1]} s" if built else "its cache warm"
 
 
 def serve_tritonbox(args: argparse.Namespace, folder: Path, rep: int) -> Server:
+    """The stack through `scripts/up`, as a user starts it; the first turn with the engine's C
+    library removed from the cache, to show its cold compile apart."""
+    if rep == 0:
+        for library in (REPO / ".cache" / "kernels").glob("fused_ops-*.so"):
+            library.unlink()
     with contextlib.ExitStack() as stack:
-        started = time.monotonic()
-        settings = start_cpu_engine(stack, folder / "triton", max(args.concurrency))
-        url, api_pid = start_api(stack, folder / "api", settings.grpc_url, {})
-        ready_s = time.monotonic() - started
-        marker = f"--grpc-port={settings.triton_grpc_port}".encode()
-
-        def pids() -> list[int]:
-            return [*process_group_of(marker), *process_tree(api_pid)]
+        http_port, grpc_port, metrics_port, api_port = free_ports(4)
+        sequences, _ = limits(args)
+        process, url, ready_s = start_stack(stack, folder, {
+            "ENGINE": "cpu", "CACHE_DIR": str(REPO / ".cache"), "MAX_BATCH_SIZE": str(sequences),
+            "MODEL_REPOSITORY": str(folder / "model_repository"),
+            "TRITON_HTTP_PORT": str(http_port), "TRITON_GRPC_PORT": str(grpc_port),
+            "TRITON_METRICS_PORT": str(metrics_port), "API_PORT": str(api_port),
+            "DATABASE_PATH": str(folder / "predictions.db"), "MAX_CONCURRENT_REQUESTS": "256",
+        })  # fmt: skip
+        marker = f"--grpc-port={grpc_port}".encode()
 
         async def go() -> list[Batch]:
-            grpc = TritonLLMClient(settings.grpc_url)
+            grpc = TritonLLMClient(f"127.0.0.1:{grpc_port}")
             async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
                 model = (await http.get(f"{url}/v1/models")).json()["data"][0]["id"]
                 paths = {
@@ -155,16 +184,17 @@ def serve_tritonbox(args: argparse.Namespace, folder: Path, rep: int) -> Server:
                     "TritonBox Triton": grpc_path(grpc, PROMPT, SAMPLING, exact_length=True),
                 }
                 try:
-                    return await measure(paths, args, pids, rep)
+                    return await measure(paths, args, lambda: process_tree(process.pid), rep)
                 finally:
                     await grpc.close()
 
         batches = asyncio.run(go())
-        rss = {
-            "the cpu engine's process": rss_bytes(engine_process(process_group_of(marker))),
-            "tritonserver, its stubs and the api": rss_bytes(pids()),
+        engine, everything = engine_process(process_group_of(marker)), process_tree(process.pid)
+        memory = {
+            "the cpu engine's process": (rss_bytes(engine), rss_bytes(engine, "VmHWM:")),
+            "the whole stack": (rss_bytes(everything), rss_bytes(everything, "VmHWM:")),
         }
-        return Server("TritonBox", ready_s, rss, batches)
+        return Server("TritonBox", ready_s, memory, batches, kernel_build(folder / "up.log"))
 
 
 def main() -> int:
@@ -185,6 +215,8 @@ def main() -> int:
     if count != PROMPT_TOKENS:
         raise SystemExit(f"the prompt is {count} tokens, not {PROMPT_TOKENS}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop what was started
+    sequences, length = limits(args)
+    args.limits = (sequences, length, kv_cache_bytes(args.model_dir, sequences, length))
     executable = None if args.no_vllm else install()
     servers: list[Server] = []
     started = time.monotonic()

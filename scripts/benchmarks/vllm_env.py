@@ -8,6 +8,7 @@ gets wrong on this machine are repaired after the install, each named where it i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -61,19 +62,39 @@ def install() -> Path | None:
     return executable
 
 
+def kv_cache_bytes(model_dir: Path, sequences: int, tokens: int) -> int:
+    """What `sequences` sequences of `tokens` tokens need for their keys and values in bfloat16:
+    the KV cache vLLM is given, so that both servers hold the same batch and context."""
+    config = json.loads((model_dir / "config.json").read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    per_token = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * head_dim * 2
+    return int(sequences * tokens * per_token)
+
+
 def start_vllm(
-    stack: contextlib.ExitStack, executable: Path, model_dir: Path, folder: Path, max_seqs: int
+    stack: contextlib.ExitStack,
+    executable: Path,
+    model_dir: Path,
+    folder: Path,
+    *,
+    max_seqs: int,
+    max_model_len: int,
 ) -> tuple[str, int, float]:
     """`vllm serve` on a free port, bf16 on 2 OpenMP threads pinned to cores 0-1 (the settings
-    vLLM's CPU docs give for a machine this size); its URL, pid and seconds to ready."""
+    vLLM's CPU docs give for a machine this size), at most `max_seqs` sequences of
+    `max_model_len` tokens with a KV cache of exactly that size (vLLM's default, 4 GiB on CPU,
+    would hold several times as much); its URL, pid and seconds to ready."""
     port = free_ports(1)[0]
     env = {
-        **os.environ, "VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+        **os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
     }  # fmt: skip
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override the size given below
     command = [
         str(executable), "serve", str(model_dir), "--dtype", "bfloat16", "--port", str(port),
-        "--served-model-name", "model", "--max-num-seqs", str(max_seqs), "--max-model-len", "2048",
+        "--served-model-name", "model", "--max-num-seqs", str(max_seqs),
+        "--max-model-len", str(max_model_len),
+        "--kv-cache-memory-bytes", str(kv_cache_bytes(model_dir, max_seqs, max_model_len)),
     ]  # fmt: skip
     log = folder / "vllm.log"
     started = time.monotonic()

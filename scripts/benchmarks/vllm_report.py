@@ -41,8 +41,9 @@ class Batch:
 class Server:
     name: str
     ready_s: float
-    rss: dict[str, int]  # what was measured -> bytes resident
+    memory: dict[str, tuple[int, int]]  # what was measured -> bytes resident after the run, peak
     batches: list[Batch]
+    start_note: str = ""  # what the start included, where it differs from turn to turn
 
 
 def _rows(batches: list[Batch], path: str, concurrency: int) -> list[Batch]:
@@ -111,6 +112,7 @@ def report(
     sampling: tuple[float, dict[str, list[float]]],
 ) -> str:
     batches = [b for server in servers for b in server.batches]
+    sequences, length, kv_bytes = args.limits
     paths = list(dict.fromkeys(b.path for b in batches))
     picture = args.output.with_suffix(".png")
     plot(batches, paths, args.concurrency, picture)
@@ -127,18 +129,30 @@ def report(
         "direct-Triton batches alternate. tok/s: medians over the turns, min–max beside them; "
         "TTFT and TPOT: medians over every request of the turns.",
         "",
+        f"Both servers take at most {sequences} sequences of up to {length} tokens (prompt and "
+        f"output): vLLM's KV cache is given exactly what those need ({kv_bytes / 2**30:.2f} GiB, "
+        "`--kv-cache-memory-bytes`), the cpu engine's grows with its requests. TritonBox is "
+        "started as a user starts it, `scripts/up --without playground`; ready: from that "
+        "command (or `vllm serve`) to the server's readiness route answering 200. TritonBox's "
+        "first turn starts with the engine's C library removed from its cache.",
+        "",
         f"![tok/s against concurrency]({picture.name})",
         "",
         *_table(batches, paths, args.concurrency),
         "",
-        "| server | ready after (s, per turn) | resident memory after the run |",
+        "| server | ready after (s, per turn) | resident memory after the run (peak) |",
         "|---|---|---|",
     ]
     for name in dict.fromkeys(s.name for s in servers):
         turns = [s for s in servers if s.name == name]
-        ready = ", ".join(f"{s.ready_s:.0f}" for s in turns)
-        rss = "; ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in turns[-1].rss.items())
-        lines.append(f"| {name} | {ready} | {rss} |")
+        ready = ", ".join(
+            f"{s.ready_s:.0f}" + (f" ({s.start_note})" if s.start_note else "") for s in turns
+        )
+        memory = "; ".join(
+            f"{k} {now / 2**30:.2f} GiB ({peak / 2**30:.2f})"
+            for k, (now, peak) in turns[-1].memory.items()
+        )
+        lines.append(f"| {name} | {ready} | {memory} |")
     ratio, times = sampling
     each = "; ".join(
         f"{mode} " + ", ".join(f"{t:.2f}" for t in ts) + " s" for mode, ts in times.items()
