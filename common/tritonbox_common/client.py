@@ -137,11 +137,28 @@ def _chunk(response: Any, final: bool) -> Chunk:
     return Chunk(ids=ids, final=final, result=InferResult(response))
 
 
+def _channel_args() -> list[tuple[str, int]]:
+    """tritonclient's own channel options, and at most a second between connection attempts.
+    gRPC waits longer after each failed attempt (up to 2 minutes): an api started beside a
+    loading Triton connected up to ~5 s after Triton was ready."""
+    keepalive = grpcclient.KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.initial_reconnect_backoff_ms", 250),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
+
 class TritonLLMClient:
     """Streams generations from the ensemble over one gRPC channel."""
 
     def __init__(self, url: str) -> None:
-        self._client = grpcclient.InferenceServerClient(url=url)
+        self._client = grpcclient.InferenceServerClient(url=url, channel_args=_channel_args())
 
     @property
     def server(self) -> grpcclient.InferenceServerClient:

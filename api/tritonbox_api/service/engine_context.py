@@ -20,7 +20,9 @@ from tritonbox_common.end_ids import TokenIds, default_token_ids
 from tritonbox_common.tokenization import load_tokenizer
 
 log = logging.getLogger(__name__)
-WARM_UP_RETRY_S = (0.5, 5.0)  # the first retry's wait, doubled up to the second
+# The first retry's wait, doubled up to the second: a second at most between tries, so that the
+# api is ready soon after Triton (at 5 s, up to 5 s later; a try that fails costs ~1 ms).
+WARM_UP_RETRY_S = (0.5, 1.0)
 
 
 def _freeze_heap() -> None:
