@@ -36,6 +36,7 @@ from .attention import padding_block
 from .batch_choice import choose_tokens
 from .decode_step import DecodeStep, unsupported
 from .fused_ops import load as load_fused_ops
+from .heap import release_free_memory
 from .kv_batch import BatchedKVCache, Layers, prefilled_layers
 from .lora_layers import EngineAdapter, LoraRows
 from .params import EngineLimits, SamplingParams
@@ -53,6 +54,8 @@ EARLY_STOP_TTL_S = 60.0
 # How often clients are asked whether they left: each question is a round trip to Triton, which
 # on a loaded CPU costs milliseconds, once per request. A `stop` is seen at every step.
 CANCEL_CHECK_S = 0.1
+# Idle this long, the engine gives the memory its work freed back to the system (heap.py).
+IDLE_TRIM_S = 1.0
 
 
 class EngineFinish(StrEnum):
@@ -271,19 +274,31 @@ class InflightBatcher:
         if self._threads > 0:
             # OpenMP's thread count is per calling thread: the engine's own (start() says more).
             torch.set_num_threads(self._threads)
+        trimmed = True  # nothing freed yet
         while not self._stopping:
+            trimmed = trimmed and not (self._running or self._waiting)
             try:
                 busy = self.run_once()
             except Exception:  # a bug must not kill the thread that serves everyone
                 log.exception("engine iteration failed")
                 self._fail_running("internal engine error")
                 busy = False
-            if not busy:
-                # Nothing runs or waits: sleep until submit() or stop() notifies, so an idle
-                # engine spends no CPU (stop ids left over expire on the next busy pass).
-                with self._wakeup:
-                    if not self._waiting and not self._stopping:
-                        self._wakeup.wait()
+            if busy:
+                continue
+            # Nothing runs or waits: sleep until submit() or stop() notifies, so an idle engine
+            # spends no CPU (stop ids left over expire on the next busy pass). Once quiet for
+            # IDLE_TRIM_S, what the work freed goes back to the system (heap.py), once: later
+            # than that, so that a request arriving right after another never waits for it.
+            with self._wakeup:
+                if self._waiting or self._stopping:
+                    continue
+                if trimmed:
+                    self._wakeup.wait()
+                    continue
+                if self._wakeup.wait(IDLE_TRIM_S):  # notified: a request, or stop()
+                    continue
+            release_free_memory()  # without the lock: a submit() does not wait for it
+            trimmed = True
 
     def describe(self) -> str:
         """The start-up log line's words for how batches without adapters are decoded."""
