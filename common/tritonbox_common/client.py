@@ -6,6 +6,9 @@ forever). Leaving the `async for` early, or cancelling the task, cancels the gRP
 sends TensorRT-LLM's `stop` for the request's id to the `tensorrt_llm` step: Triton 2.51 does
 not pass a gRPC cancellation on to the steps of an ensemble, so the engine would otherwise keep
 generating for nobody.
+
+Longer than 250 lines because the request's tensors, the stream, its cancellation and the
+channel's options make one client; split, each part would only serve the others.
 """
 
 from __future__ import annotations
@@ -138,20 +141,19 @@ def _chunk(response: Any, final: bool) -> Chunk:
 
 
 def _channel_args() -> list[tuple[str, int]]:
-    """tritonclient's own channel options, and at most a second between connection attempts.
-    gRPC waits longer after each failed attempt (up to 2 minutes): an api started beside a
-    loading Triton connected up to ~5 s after Triton was ready."""
+    """tritonclient's own channel options, and at most a second between connection attempts:
+    gRPC's wait grows after each failed one (to 2 minutes), and an api started beside a loading
+    Triton reached it ~5 s after it was ready."""
     keepalive = grpcclient.KeepAliveOptions()
     return [
-        ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
-        ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+        *(("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+          ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE)),
         ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
         ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
         ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
-        ("grpc.initial_reconnect_backoff_ms", 250),
-        ("grpc.max_reconnect_backoff_ms", 1000),
-    ]
+        ("grpc.initial_reconnect_backoff_ms", 250), ("grpc.max_reconnect_backoff_ms", 1000),
+    ]  # fmt: skip
 
 
 class TritonLLMClient:

@@ -289,16 +289,19 @@ class InflightBatcher:
             # spends no CPU (stop ids left over expire on the next busy pass). Once quiet for
             # IDLE_TRIM_S, what the work freed goes back to the system (heap.py), once: later
             # than that, so that a request arriving right after another never waits for it.
+            if not trimmed and self._quiet_for(IDLE_TRIM_S):
+                release_free_memory()  # without the lock: a submit() does not wait for it
+                trimmed = True
             with self._wakeup:
-                if self._waiting or self._stopping:
-                    continue
-                if trimmed:
+                if not self._waiting and not self._stopping:
                     self._wakeup.wait()
-                    continue
-                if self._wakeup.wait(IDLE_TRIM_S):  # notified: a request, or stop()
-                    continue
-            release_free_memory()  # without the lock: a submit() does not wait for it
-            trimmed = True
+
+    def _quiet_for(self, seconds: float) -> bool:
+        """Whether nothing arrives (and no stop) for `seconds`."""
+        with self._wakeup:
+            if self._waiting or self._stopping:
+                return False
+            return not self._wakeup.wait(seconds) and not (self._waiting or self._stopping)
 
     def describe(self) -> str:
         """The start-up log line's words for how batches without adapters are decoded."""
