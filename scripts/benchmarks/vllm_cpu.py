@@ -133,7 +133,7 @@ def limits(args: argparse.Namespace) -> tuple[int, int]:
 
 def serve_vllm(args: argparse.Namespace, executable: Path, folder: Path, rep: int) -> Server:
     with contextlib.ExitStack() as stack:
-        sequences, length = limits(args)
+        sequences, length, _ = args.limits
         url, pid, ready_s = start_vllm(
             stack, executable, args.model_dir, folder, max_seqs=sequences, max_model_len=length
         )
@@ -165,7 +165,7 @@ def serve_tritonbox(args: argparse.Namespace, folder: Path, rep: int) -> Server:
             library.unlink()
     with contextlib.ExitStack() as stack:
         http_port, grpc_port, metrics_port, api_port = free_ports(4)
-        sequences, _ = limits(args)
+        sequences = args.limits[0]
         process, url, ready_s = start_stack(stack, folder, {
             "ENGINE": "cpu", "CACHE_DIR": str(REPO / ".cache"), "MAX_BATCH_SIZE": str(sequences),
             "MODEL_REPOSITORY": str(folder / "model_repository"),
