@@ -17,13 +17,13 @@ import functools
 import struct
 import sys
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
-from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
+from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult, service_pb2
 from tritonclient.grpc._utils import _get_inference_request
 
 from tritonbox_common.request_tensors import (
@@ -74,6 +74,7 @@ class Generation:
 IDS_OUTPUTS = ("output_ids", "sequence_length")
 ENSEMBLE_IDS_OUTPUTS = ("text_output", *IDS_OUTPUTS)
 _INT32 = np.dtype("<i4")
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 _NATIVE_INT32 = sys.byteorder == "little" and struct.calcsize("i") == 4
 
 
@@ -161,6 +162,20 @@ class TritonLLMClient:
 
     def __init__(self, url: str) -> None:
         self._client = grpcclient.InferenceServerClient(url=url, channel_args=_channel_args())
+        # Triton's ModelStreamInfer is a bidirectional stream, but every call here sends one
+        # request and then closes its side, so it is called as unary-stream: the request, its
+        # metadata and the close leave together, one turn of the event loop after the call is
+        # made. As a bidirectional stream they took three (start the call; its metadata sent;
+        # the write), each behind whatever else the loop had to do, which under a burst of
+        # requests through the api is the other requests' routes. Measured at 4 streams
+        # through the api: from the call to the engine's queue 4.96 → 2.71 ms (median), 20.7 →
+        # 7.2 ms (90th percentile).
+        self._stream_infer = self._client._channel.unary_stream(
+            STREAM_INFER,
+            request_serializer=service_pb2.ModelInferRequest.SerializeToString,
+            response_deserializer=service_pb2.ModelStreamInferResponse.FromString,
+            _registered_method=True,
+        )
 
     @property
     def server(self) -> grpcclient.InferenceServerClient:
@@ -193,11 +208,7 @@ class TritonLLMClient:
         # The public stream_infer() refuses "triton_*" parameters, and this one is what makes
         # the end of a decoupled stream visible; tritonclient is pinned, so the helper is stable.
         message.parameters["triton_enable_empty_final_response"].bool_param = True
-
-        async def messages() -> AsyncIterator[object]:
-            yield message
-
-        return self._client._client_stub.ModelStreamInfer(messages())
+        return self._stream_infer(message)
 
     async def stream(
         self, request: GenerationRequest, *, stop_on_exit: bool = True, with_text: bool = True
