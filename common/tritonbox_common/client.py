@@ -68,11 +68,11 @@ class Generation:
     total_time_s: float = 0.0
 
 
+# Triton's streaming method, called here as unary-stream (TritonLLMClient.__init__ says why).
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 # What a stream asks for when its caller needs the ids only (`with_text=False`): the engine
 # step's two id tensors, not its log-probs. The ensemble must still be asked for `text_output`:
 # without one of postprocessing's outputs Triton prunes the whole pipeline (its config says why).
-# Triton's streaming method, called here as unary-stream (TritonLLMClient.__init__ says why).
-STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 IDS_OUTPUTS = ("output_ids", "sequence_length")
 ENSEMBLE_IDS_OUTPUTS = ("text_output", *IDS_OUTPUTS)
 _INT32 = np.dtype("<i4")
