@@ -43,6 +43,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from . import fused_ops
 from .attention_kernel import AttentionKernel, DecodeRows, attention_kernel
+from .float_logits import Float32Logits
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,8 @@ def load_model(
     model_dir: Path | str, dtype: torch.dtype, kernel_dir: Path | None = None
 ) -> PreTrainedModel:
     """The checkpoint as the engine runs it: `dtype` weights, this attention (with the compiled
-    attention built into `kernel_dir` where it checks out, fused_build.py), eval mode."""
+    attention built into `kernel_dir` where it checks out, fused_build.py), float32 logits
+    (float_logits.py), eval mode."""
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=dtype, attn_implementation=ATTENTION
     )
@@ -232,7 +234,9 @@ def load_model(
     config = model.config
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    kernel = attention_kernel(fused_ops.load(kernel_dir), dtype, kv_heads, heads // kv_heads, dim)
+    ops = fused_ops.load(kernel_dir)
+    kernel = attention_kernel(ops, dtype, kv_heads, heads // kv_heads, dim)
+    model.lm_head = Float32Logits(model.lm_head, None if ops is None else ops.library)
     for module in model.modules():
         if type(module).__name__.endswith("Attention"):
             setattr(module, KERNEL, kernel)

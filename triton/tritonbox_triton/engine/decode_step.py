@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from .attention import DecodeAttention, model_kernel, prefill_attention
 from .fused_ops import FusedOps, rms_norm, rotary, swiglu
 from .kv_batch import Layers
-from .packed_layer import PackedLayer, packed_linear
+from .packed_layer import PackedLayer
 from .prefill import own_layers, right_padded
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class DecodeStep:
     `ids` [rows]; `positions` [rows], each row's length so far, where its new key is written;
     `valid` bool [rows, width], the columns each row attends (kv_batch.decode_inputs);
     `keys`/`values` [layers, row capacity, kv heads, column capacity, head_dim], each row's
-    keys from column 0, in the model's dtype. Returns the logits [rows, vocab] in that dtype.
+    keys from column 0, in the model's dtype. Returns the logits [rows, vocab] in float32.
     """
 
     def __init__(self, model: Any, fused: FusedOps | None = None) -> None:
@@ -82,7 +82,7 @@ class DecodeStep:
         self._layers = [PackedLayer(layer) for layer in decoder.layers]
         self._embed = decoder.embed_tokens.weight
         self._norm = decoder.norm.weight
-        self._lm_head = packed_linear(model.lm_head.weight)
+        self._lm_head = model.lm_head  # float32 logits (float_logits.py)
         self._agrees: dict[tuple[int, int, int], bool] = {}  # (rows, copies, threads) -> exact
         self._rotary_emb = decoder.rotary_emb
         self._cos = self._sin = torch.zeros(0, self.head_dim)  # [positions, head_dim]
@@ -299,6 +299,4 @@ class DecodeStep:
             hidden, x = self._add_norm(hidden, layer.o(attended), layer.post_norm)
             hidden, x = self._add_norm(hidden, layer.down(self._swiglu(layer, x)), norm)
         last = x[torch.arange(rows), ends]  # the final norm is per position
-        if rows == 1:  # never one row through a product (kv_batch.py): its twin rides along
-            return self._lm_head(last.expand(2, -1))[:1], own_layers(cached, prompts)
         return self._lm_head(last), own_layers(cached, prompts)

@@ -26,7 +26,10 @@ from .dtype import cpu_flags
 
 log = logging.getLogger(__name__)
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("fused_ops.c", "attention_kernel.c"))
+SOURCES = tuple(
+    Path(__file__).with_name(name)
+    for name in ("fused_ops.c", "attention_kernel.c", "logits_kernel.c")
+)
 HEADERS = (Path(__file__).with_name("bf16.h"),)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 LIBRARIES = ("-lm",)  # after the source: a linker that drops unneeded libraries keeps them

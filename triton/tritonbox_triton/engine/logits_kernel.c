@@ -1,0 +1,124 @@
+/* The model's final projection with float32 sums and a float32 result over bfloat16 operands
+   (float_logits.py says why). The weight is packed once into 16-row blocks of column pairs
+   ([blocks][pairs][16][2], the layout AVX512-BF16's dot product reads): one instruction then
+   adds two columns' products to 16 vocabulary entries of one row, so no horizontal sums are
+   needed, and each block of the weight is read from memory once, then from L1 for the next
+   rows. Rows go in runs of 8, then 4, 2 and 1, each run's sums held in registers.
+   Where the CPU has AMX, `amx_logits` does the same with tile products instead (16 rows and
+   32 columns a step; the packed layout is AMX's B tile as it is), at the speed of oneDNN's own
+   bfloat16 product. Each returns -1 where it was not compiled in or AMX is not granted
+   (float_logits.py then tries the next, and at last keeps float32 weights). */
+#include "bf16.h"
+
+#if defined(__AVX512BF16__)
+#define RUN(N)                                                                                  \
+    static inline void run##N(const int32_t *xs, long pairs, const bf16 *w, float *out,        \
+                              long vocab, __mmask16 mask) {                                     \
+        __m512 acc[N];                                                                          \
+        for (int i = 0; i < N; ++i) acc[i] = _mm512_setzero_ps();                               \
+        for (long p = 0; p < pairs; ++p) {                                                      \
+            __m512bh wv = (__m512bh)_mm512_loadu_si512((const void *)(w + p * 32));             \
+            for (int i = 0; i < N; ++i)                                                         \
+                acc[i] = _mm512_dpbf16_ps(acc[i], wv,                                           \
+                                          (__m512bh)_mm512_set1_epi32(xs[i * pairs + p]));      \
+        }                                                                                       \
+        for (int i = 0; i < N; ++i) _mm512_mask_storeu_ps(out + i * vocab, mask, acc[i]);       \
+    }
+RUN(8)
+RUN(4)
+RUN(2)
+RUN(1)
+#endif
+
+/* out [rows, vocab] = x [rows, 2 × pairs] · weight^T, `packed` as above. */
+int bf16_logits(const bf16 *x, long rows, const bf16 *packed, long blocks, long pairs,
+                float *out, long vocab, int threads) {
+#if defined(__AVX512BF16__)
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long b = 0; b < blocks; ++b) {
+        const bf16 *w = packed + b * pairs * 32;
+        long first = b * 16, left = vocab - first;
+        __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+        long r = 0;
+        for (; r + 8 <= rows; r += 8)
+            run8((const int32_t *)(x + r * 2 * pairs), pairs, w, out + r * vocab + first, vocab, mask);
+        const int32_t *xs = (const int32_t *)(x + r * 2 * pairs);
+        float *o = out + r * vocab + first;
+        switch (rows - r) {
+            case 7: run4(xs, pairs, w, o, vocab, mask); run2(xs + 4 * pairs, pairs, w, o + 4 * vocab, vocab, mask);
+                    run1(xs + 6 * pairs, pairs, w, o + 6 * vocab, vocab, mask); break;
+            case 6: run4(xs, pairs, w, o, vocab, mask); run2(xs + 4 * pairs, pairs, w, o + 4 * vocab, vocab, mask); break;
+            case 5: run4(xs, pairs, w, o, vocab, mask); run1(xs + 4 * pairs, pairs, w, o + 4 * vocab, vocab, mask); break;
+            case 4: run4(xs, pairs, w, o, vocab, mask); break;
+            case 3: run2(xs, pairs, w, o, vocab, mask); run1(xs + 2 * pairs, pairs, w, o + 2 * vocab, vocab, mask); break;
+            case 2: run2(xs, pairs, w, o, vocab, mask); break;
+            case 1: run1(xs, pairs, w, o, vocab, mask); break;
+            default: break;
+        }
+    }
+    return 0;
+#else
+    (void)x, (void)rows, (void)packed, (void)blocks, (void)pairs, (void)out, (void)vocab;
+    (void)threads;
+    return -1;
+#endif
+}
+
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+typedef struct {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+#endif
+
+/* out [rows, vocab] = x [rows, 32 × chunks] · weight^T with AMX tiles: `rows` a multiple of 16
+   (the caller pads), `packed` [blocks][16 × chunks pairs][16][2]. Tile 0 holds a block's sums
+   for 16 rows, tile 1 16 rows of x over 32 columns, tile 2 the weight's block over those
+   columns. Linux hands a process AMX's state only when asked (arch_prctl), so it asks. */
+int amx_logits(const bf16 *x, long rows, const bf16 *packed, long blocks, long chunks,
+               float *out, long vocab, int threads) {
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__)
+    if (rows % 16 || syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) return -1;
+    long stride = 32 * chunks; /* x's row, in values */
+#pragma omp parallel num_threads(threads)
+    {
+        tile_config config = {0};
+        config.palette_id = 1;
+        for (int t = 0; t < 3; ++t) config.rows[t] = 16, config.colsb[t] = 64;
+        _tile_loadconfig(&config);
+#pragma omp for schedule(static)
+        for (long b = 0; b < blocks; ++b) {
+            const bf16 *w = packed + b * chunks * 512;
+            long first = b * 16, left = vocab - first;
+            for (long r = 0; r < rows; r += 16) {
+                _tile_zero(0);
+                for (long c = 0; c < chunks; ++c) {
+                    _tile_loadd(1, x + r * stride + c * 32, stride * 2);
+                    _tile_loadd(2, w + c * 512, 64);
+                    _tile_dpbf16ps(0, 1, 2);
+                }
+                if (left >= 16) {
+                    _tile_stored(0, out + r * vocab + first, vocab * 4);
+                } else { /* the last block's columns past the vocabulary are not stored */
+                    float tail[256];
+                    _tile_stored(0, tail, 64);
+                    for (int i = 0; i < 16; ++i)
+                        memcpy(out + (r + i) * vocab + first, tail + i * 16, left * sizeof(float));
+                }
+            }
+        }
+        _tile_release();
+    }
+    return 0;
+#else
+    (void)x, (void)rows, (void)packed, (void)blocks, (void)chunks, (void)out, (void)vocab;
+    (void)threads;
+    return -1;
+#endif
+}
