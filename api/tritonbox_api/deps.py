@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from tritonbox_api.db.session import Database
+from tritonbox_api.keys import ApiKey, KeyRing, Role
 from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.service.adapters import AdapterService
 from tritonbox_api.service.engine_context import EngineContextLoader
@@ -25,6 +25,7 @@ class Services:
     engine_context: EngineContextLoader  # the tokenizer and limits Triton reports
     predictions: PredictionService
     adapters: AdapterService  # the registered LoRA adapters
+    keys: KeyRing  # who may call what (API_KEY, API_KEYS, API_KEYS_FILE)
 
 
 # The dependencies are `async def` though they never wait: FastAPI runs a plain `def` dependency
@@ -38,22 +39,48 @@ async def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def require_api_key(request: Request, services: ServicesDep) -> None:
-    """With API_KEY set, every guarded route needs `Authorization: Bearer <API_KEY>`."""
-    expected = services.settings.api_key
-    if expected is None:
-        return
+def _authorization(request: Request) -> str | None:
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    # compare_digest: the time taken must not tell how much of a guessed key was right.
-    if scheme.lower() != "bearer" or not secrets.compare_digest(
-        given.strip().encode(), expected.get_secret_value().encode()
-    ):
+    return given.strip() if scheme.lower() == "bearer" else None
+
+
+async def require_api_key(request: Request, services: ServicesDep) -> None:
+    """With keys set, every guarded route needs `Authorization: Bearer <a key>`: any role may
+    use. The key's name is left on the request for the prediction's row and the metrics."""
+    if services.keys.open:
+        return
+    given = _authorization(request)
+    key = services.keys.identify(given) if given is not None else None
+    if key is None:
         raise ApiError(
             401,
             "missing or wrong API key: send `Authorization: Bearer <API_KEY>`",
             type="authentication_error",
             headers={"WWW-Authenticate": "Bearer"},
         )
+    request.state.api_key = key
+
+
+async def require_manage(request: Request, services: ServicesDep) -> None:
+    """After require_api_key (the router's): 403 unless the key holds the `manage` role."""
+    if services.keys.open:
+        return
+    await require_api_key(request, services)  # idempotent: stands alone if the router's moves
+    key: ApiKey = request.state.api_key
+    if not key.has(Role.MANAGE):
+        raise ApiError(
+            403,
+            f"the key {key.name} lacks the manage role: registering and deleting adapters "
+            "needs a key with role manage (API_KEYS)",
+            type="permission_error",
+        )
+
+
+def key_name(request: Request) -> str | None:
+    """The name of the key the request came with; None when the api has no keys."""
+    key: ApiKey | None = getattr(request.state, "api_key", None)
+    return key.name if key is not None else None
 
 
 Guarded = [Depends(require_api_key)]
+Managed = [Depends(require_manage)]

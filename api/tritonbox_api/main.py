@@ -16,6 +16,7 @@ from tritonbox_api.db.workers import WorkerPresence
 from tritonbox_api.deps import Services
 from tritonbox_api.errors import install_error_handlers
 from tritonbox_api.head import HeadMiddleware
+from tritonbox_api.keys import KeyRing
 from tritonbox_api.processes import per_worker_limit, worker_exited
 from tritonbox_api.routes import (
     adapters,
@@ -77,6 +78,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             engine_context=engine_context,
             predictions=prediction_service,
             adapters=adapter_service,
+            keys=KeyRing(settings.keys()),
         )
         app.state.services = services
         try:

@@ -24,10 +24,16 @@ E2E_LATENCY = Histogram(
     "Time from request to the end of its generation.",
     buckets=_LATENCY_BUCKETS,
 )
-PROMPT_TOKENS = Counter("tritonbox_prompt_tokens", "Prompt tokens of finished predictions.")
-OUTPUT_TOKENS = Counter("tritonbox_generation_tokens", "Tokens generated.")
+# `key`: the API key's name (API_KEYS; `default`: API_KEY; empty: the api has no key), so each
+# team member's or script's share shows.
+PROMPT_TOKENS = Counter(
+    "tritonbox_prompt_tokens", "Prompt tokens of finished predictions.", ["key"]
+)
+OUTPUT_TOKENS = Counter("tritonbox_generation_tokens", "Tokens generated.", ["key"])
 REQUESTS = Counter(
-    "tritonbox_requests", "Predictions by how they ended.", ["status", "source", "finish_reason"]
+    "tritonbox_requests",
+    "Predictions by how they ended.",
+    ["status", "source", "finish_reason", "key"],
 )
 # livesum: with several api workers (multiprocess mode), the sum over the live ones.
 IN_FLIGHT = Gauge(
@@ -39,9 +45,10 @@ REJECTED = Counter("tritonbox_requests_rejected", "Requests refused before gener
 def observe(prediction: Prediction) -> None:
     """Count one finished prediction and observe its timings."""
     reason = prediction.finish_reason.value if prediction.finish_reason else "none"
-    REQUESTS.labels(prediction.status.value, prediction.source.value, reason).inc()
-    PROMPT_TOKENS.inc(prediction.prompt_tokens or 0)
-    OUTPUT_TOKENS.inc(prediction.completion_tokens or 0)
+    key = prediction.api_key_name or ""
+    REQUESTS.labels(prediction.status.value, prediction.source.value, reason, key).inc()
+    PROMPT_TOKENS.labels(key).inc(prediction.prompt_tokens or 0)
+    OUTPUT_TOKENS.labels(key).inc(prediction.completion_tokens or 0)
     if prediction.time_to_first_token_s is not None:
         TIME_TO_FIRST_TOKEN.observe(prediction.time_to_first_token_s)
     if prediction.time_per_output_token_s is not None:

@@ -13,6 +13,7 @@ from typing import Any, Self
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
+from tritonbox_api import keys as keyring
 from tritonbox_common.shared_settings import (
     API_PORT,
     CACHE_DIR,
@@ -83,6 +84,19 @@ class ApiSettings(BaseSettings):
         "Several share the database: PostgreSQL suits them best (docs/scaling.md).",
     )
     api_key: ApiKey = None
+    api_keys: SecretStr | None = Field(
+        default=None,
+        description="Named keys, each with a role: `name:role:key` separated by commas. Role "
+        "`use`: generate and read predictions; `manage`: also register and delete adapters. "
+        "The key as clients send it, or `sha256:<64 hex digits>` of it. The name is recorded "
+        "on every prediction and in the metrics; API_KEY, when set too, is the key `default` "
+        "with both roles (docs/deployment.md).",
+    )
+    api_keys_file: Path | None = Field(
+        default=None,
+        description="A file of more keys, one `name:role:key` a line as in API_KEYS (`#` "
+        "starts a comment line); read at start.",
+    )
     max_concurrent_requests: int = Field(
         default=64,
         ge=1,
@@ -113,9 +127,34 @@ class ApiSettings(BaseSettings):
     lora_adapters: str = Field(
         default="",
         description="LoRA adapters to register at start, `name=source` separated by commas; a "
-        "source is a local PEFT folder or a Hugging Face repo id (org/name or org/name@revision"
-        ", fetched into CACHE_DIR/hub). Registered adapters are kept in the database, so this "
-        "is only needed once (docs/adapters.md).",
+        "source is a PEFT folder in ADAPTER_DIRS or a Hugging Face repo id ADAPTER_HUB_REPOS "
+        "allows (org/name or org/name@revision, fetched into CACHE_DIR/hub). An entry that "
+        "fails is logged as an error and left out; the others register. Registered adapters "
+        "are kept in the database, so this is only needed once (docs/adapters.md).",
+    )
+    adapter_dirs: str = Field(
+        default="",
+        description="Folders adapter sources may be in, separated by commas (a local source "
+        "outside them, symbolic links followed, is refused as if it did not exist); unset = "
+        "CACHE_DIR/adapters.",
+    )
+    adapter_hub_repos: str = Field(
+        default="",
+        description="Hugging Face repositories adapters may be fetched from: patterns separated "
+        "by commas, `*` and `?` as in file names (`acme/*`); HF_TOKEN is sent only to these. "
+        "Unset = none: adapters come from ADAPTER_DIRS only.",
+    )
+    adapter_max_bytes: int = Field(
+        default=1_073_741_824,
+        ge=1,
+        description="Largest adapter accepted, its two files together (bytes): checked before a "
+        "byte is downloaded and before a file is read.",
+    )
+    adapter_cache_bytes: int = Field(
+        default=1_073_741_824,
+        ge=1,
+        description="Memory each api worker keeps converted adapters in (bytes), least recently "
+        "used evicted first; the adapter in use is kept even when larger.",
     )
     cache_dir: CacheDir = CACHE_DIR
     hf_token: HfToken = None
@@ -145,10 +184,25 @@ class ApiSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _closed_unless_opened(self) -> Self:
+        keys = self.keys()  # malformed keys stop the start here, with what is wrong
         refuse_open_access(
             service="api",
             address=self.publish_address,
-            guarded_by="API_KEY" if self.api_key is not None else None,
+            guarded_by="API_KEY" if keys else None,
             allow_open_access=self.allow_open_access,
         )
         return self
+
+    def keys(self) -> list[keyring.ApiKey]:
+        """API_KEY, API_KEYS and API_KEYS_FILE's keys; ValueError naming what is malformed."""
+        return keyring.load_keys(self.api_key, self.api_keys, self.api_keys_file)
+
+    @property
+    def adapter_roots(self) -> list[Path]:
+        """ADAPTER_DIRS as absolute folders (relative ones from the working directory)."""
+        named = [Path(d.strip()).expanduser() for d in self.adapter_dirs.split(",") if d.strip()]
+        return [d.absolute() for d in named or [self.cache_dir / "adapters"]]
+
+    @property
+    def hub_patterns(self) -> list[str]:
+        return [p.strip() for p in self.adapter_hub_repos.split(",") if p.strip()]

@@ -23,9 +23,10 @@ LOCALHOST = "127.0.0.1"
 
 # Every service's settings: the environment, then the shared `.env`; other services' keys are
 # ignored here (env_file.check_env_file refuses keys no service knows); an empty value means
-# unset, as compose's `${VAR:-}` passes it.
+# unset, as compose's `${VAR:-}` passes it. An error never echoes the input: a model-level
+# check's input is every setting, secrets (API_KEYS, HF_TOKEN, DATABASE_URL) included.
 SERVICE_SETTINGS_CONFIG = SettingsConfigDict(
-    env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True
+    env_file=".env", extra="ignore", frozen=True, env_ignore_empty=True, hide_input_in_errors=True
 )
 
 ApiPort = Annotated[int, Field(ge=1, le=65535, description="The api's HTTP port.")]
@@ -40,7 +41,7 @@ ApiKey = Annotated[
     Field(
         description="When set, every api route but health and metrics needs "
         "`Authorization: Bearer <API_KEY>`; the playground's server sends it (it never reaches "
-        "the browser)."
+        "the browser). It holds both roles, under the name `default`; API_KEYS adds named keys."
     ),
 ]
 CacheDir = Annotated[

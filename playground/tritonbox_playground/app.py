@@ -45,13 +45,13 @@ def _named(fn: Callable[..., Any], *leading: str) -> Callable[..., Any]:
 def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) -> gr.Blocks:
     api = client or ApiClient(
         settings.api_url,
-        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        api_key=settings.sent_api_key,
         timeout_s=settings.playground_api_timeout_s,
         max_connections=settings.playground_concurrency * 2 + 16,
     )
     runs = ActiveRuns()
     api_url = settings.shown_api_url
-    key_required = settings.api_key is not None
+    key_required = settings.sent_api_key is not None
 
     with gr.Blocks(title="TritonBox playground", analytics_enabled=False) as demo:
         page = build_layout(key_required=key_required)

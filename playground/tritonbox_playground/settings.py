@@ -44,6 +44,12 @@ class PlaygroundSettings(BaseSettings):
         "http://127.0.0.1:API_PORT (compose names the api service).",
     )
     api_key: ApiKey = None
+    playground_api_key: SecretStr | None = Field(
+        default=None,
+        description="The key the playground's server sends the api for its users: a `use` key "
+        "of API_KEYS, so that a playground login can generate and read but not register or "
+        "delete adapters, and its predictions carry that key's name; unset = API_KEY.",
+    )
     public_url: PublicUrl = ""
     playground_api_timeout_s: float = Field(
         default=60.0,
@@ -95,6 +101,12 @@ class PlaygroundSettings(BaseSettings):
             allow_open_access=self.allow_open_access,
         )
         return self
+
+    @property
+    def sent_api_key(self) -> str | None:
+        """The key every call to the api carries (PLAYGROUND_API_KEY, else API_KEY)."""
+        key = self.playground_api_key or self.api_key
+        return key.get_secret_value() if key is not None else None
 
     @property
     def shown_api_url(self) -> str:

@@ -142,7 +142,9 @@ def register(
 ) -> dict[str, Any]:
     """An api process with the adapters registered through `POST /v1/adapters`: its URL, pids
     and model names (the base first); empty when this api has no adapter routes yet."""
-    url, pid = start_api(stack, folder / "api", grpc_url, {})
+    # The adapters' folders are the api's allowed adapter roots (ADAPTER_DIRS).
+    roots = ",".join(sorted({str(path.parent.resolve()) for path in adapters}))
+    url, pid = start_api(stack, folder / "api", grpc_url, {"ADAPTER_DIRS": roots})
     base = httpx.get(f"{url}/v1/models", trust_env=False).json()["data"][0]["id"]
     names = []
     for i, path in enumerate(adapters):

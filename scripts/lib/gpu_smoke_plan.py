@@ -62,6 +62,8 @@ def compose_override() -> str:
     values = LIMITS | {"KV_CACHE_MAX_TOKENS": 0, "ENABLE_KV_CACHE_REUSE": "false"}
     values |= {"MAX_LORA_RANK": LORA_RANK}
     lines += [f'      {key}: "{value}"' for key, value in values.items()]
+    # The smoke adapter is written under ./models (the api's /models): an allowed adapter root.
+    lines += ["  api:", "    environment:", '      ADAPTER_DIRS: "/models"']
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from tritonbox_api.settings import ApiSettings
 from tritonbox_common.env_file import EnvFileError, load_service_settings
@@ -78,3 +78,14 @@ def test_launch_listens_where_configured_without_server_side_rendering() -> None
     options = launch_options(FACTORY(_env_file=None, playground_port=7999), "127.0.0.1")
     assert options["server_port"] == 7999 and options["server_name"] == "127.0.0.1"
     assert options["ssr_mode"] is False and options["share"] is False
+
+
+def test_the_playground_sends_its_use_key_else_api_key() -> None:
+    login = {"playground_username": "team", "playground_password": "pw"}
+    shared = FACTORY(_env_file=None, api_key="root", **login)
+    assert shared.sent_api_key == "root"
+    own = FACTORY(
+        _env_file=None, api_key=SecretStr("root"), playground_api_key="team-use-key", **login
+    )
+    assert own.sent_api_key == "team-use-key"
+    assert FACTORY(_env_file=None).sent_api_key is None

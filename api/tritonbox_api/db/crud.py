@@ -62,6 +62,7 @@ class NewPrediction(TypedDict):
     owner: NotRequired[str | None]
     adapter_name: NotRequired[str | None]
     adapter_sha256: NotRequired[str | None]
+    api_key_name: NotRequired[str | None]
 
 
 class Ending(TypedDict):

@@ -88,6 +88,8 @@ class Prediction(SQLModel, table=True):
     # With several choices (`n` > 1): each one's {index, output, finish_reason, stop_word,
     # completion_tokens}; `output` and the rest above are the first's, completion_tokens the sum.
     choices: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
+    # The name of the API key it came with (API_KEYS; `default`: API_KEY); None: no key is set.
+    api_key_name: str | None = Field(default=None, max_length=64)
 
 
 class Adapter(SQLModel, table=True):

@@ -22,15 +22,19 @@ class AdapterCreate(BaseModel):
     source: str = Field(
         min_length=1,
         max_length=1024,
-        description="A local PEFT folder (adapter_config.json + adapter_model.safetensors) or a "
-        "Hugging Face repo id, org/name or org/name@revision.",
+        description="A PEFT folder (adapter_config.json + adapter_model.safetensors) in one of "
+        "ADAPTER_DIRS (absolute, or relative to one of them), or a Hugging Face repo id that "
+        "ADAPTER_HUB_REPOS allows, org/name or org/name@revision.",
     )
 
 
 class AdapterObject(BaseModel):
     object: Literal["adapter"] = "adapter"
     name: str
-    source: str
+    source: str = Field(
+        description="A repo id at its commit, or a local folder relative to its ADAPTER_DIRS "
+        "root (the server's own folders are not shown)."
+    )
     base_model: str | None = Field(description="adapter_config.json's base_model_name_or_path.")
     rank: int
     alpha: float
@@ -41,9 +45,10 @@ class AdapterObject(BaseModel):
     created_at: datetime
 
     @classmethod
-    def of(cls, row: Adapter) -> AdapterObject:
+    def of(cls, row: Adapter, source: str) -> AdapterObject:
+        """`row` as answers show it, its source as `source` (AdapterService.shown_source)."""
         return cls(
-            name=row.name, source=row.source, base_model=row.base_model, rank=row.rank,
+            name=row.name, source=source, base_model=row.base_model, rank=row.rank,
             alpha=row.alpha, target_modules=row.target_modules, sha256=row.sha256,
             task_id=task_id(row.sha256), size_bytes=row.size_bytes, created_at=row.created_at,
         )  # fmt: skip

@@ -11,7 +11,7 @@ from fastapi import Request
 from starlette.types import Receive
 
 from tritonbox_api.db.models import Source
-from tritonbox_api.deps import Services
+from tritonbox_api.deps import Services, key_name
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.runner import Started, begin
 from tritonbox_api.service.running import RunningPrediction
@@ -86,6 +86,7 @@ async def start(
             n=n,
             echo=echo,
             prompt_only=prompt_only,
+            key_name=key_name(request),
         )
     except BaseException:
         watcher.close()

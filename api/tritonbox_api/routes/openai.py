@@ -215,7 +215,7 @@ async def _model_cards(services: Services) -> list[ModelCard]:
             id=row.name,
             created=int(row.created_at.timestamp()),
             parent=name,
-            root=row.source,
+            root=services.adapters.shown_source(row),  # no server folder in an answer
         )
         for row in await services.adapters.list()
     ]

@@ -36,6 +36,6 @@ async def permalink(prediction_id: str, services: ServicesDep) -> HTMLResponse:
         public_url=settings.public_url,
         playground_url=settings.playground_url,
         # With a key set, a snippet without the Authorization header would only get 401.
-        api_key_required=settings.api_key is not None,
+        api_key_required=not services.keys.open,
     )
     return HTMLResponse(page)

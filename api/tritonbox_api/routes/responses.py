@@ -30,6 +30,7 @@ _ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
         "API_KEY is set and `Authorization: Bearer <API_KEY>` is missing or wrong.",
         {"WWW-Authenticate": {"description": "`Bearer`.", "schema": {"type": "string"}}},
     ),
+    403: ("The key lacks the role the route needs (`manage`): `error.message` names it.", {}),
     404: ("What the request names does not exist: `error.message` says which.", {}),
     409: (
         "The adapter is already registered, or its files changed since it was registered.",

@@ -1,67 +1,34 @@
-"""Where an adapter's files come from, and whether they fit the served base model.
+"""Whether an adapter's files can be read and fit the served base model.
 
-A source is a local PEFT folder or a Hugging Face repo id (`org/name`, `org/name@revision`),
-fetched with huggingface_hub into CACHE_DIR/hub like the base model. A repo id is recorded
-pinned to the commit it resolved to (`pinned`): a branch moves, and a later load (a restart, an
-evicted adapter) must read the files that were checked and hashed. Blocking (disk, network):
-the service calls these in a thread.
+Where the files may come from is adapter_sources.py's. A repo id is recorded pinned to the
+commit it resolved to (`pinned`): a branch moves, and a later load (a restart, an evicted
+adapter) must read the files that were checked and hashed; a local folder is recorded as the
+absolute folder it resolved to, so it does not depend on the directory the api starts in.
+Blocking (disk): the service calls these in a thread.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
-from huggingface_hub import snapshot_download
-from huggingface_hub.errors import HfHubHTTPError
-
+from tritonbox_api.service.adapter_sources import REPO_ID
 from tritonbox_api.triton_gateway import LoraSupport
 from tritonbox_common.lora import AdapterError, PeftAdapter, llama_module_dims, read_peft_adapter
 
-# Hugging Face's repo id form (org/name), optionally @revision.
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+(@[\w./-]+)?$")
+log = logging.getLogger(__name__)
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a git commit hash: a revision that never moves
-PEFT_FILES = ["adapter_config.json", "adapter_model.safetensors"]
 
 
-def _local_folder(source: str) -> Path | None:
-    try:
-        folder = Path(source).expanduser()
-        return folder.resolve() if folder.is_dir() else None
-    except (OSError, RuntimeError, ValueError):  # too long, `~` of no user, a NUL: no folder
-        return None
-
-
-def fetch(name: str, source: str, *, cache_dir: Path, token: str | None) -> Path:
-    """The local folder holding the adapter's two files; AdapterError naming `name` if none."""
-    folder = _local_folder(source)
-    if folder is not None:
-        return folder
-    if not _REPO_ID.match(source):
-        raise AdapterError(
-            f"adapter {name}: source {source!r} is neither a local folder nor a Hugging Face "
-            "repo id (org/name or org/name@revision)"
-        )
-    repo, _, revision = source.partition("@")
-    try:
-        path = snapshot_download(
-            repo,
-            revision=revision or None,
-            cache_dir=cache_dir / "hub",
-            token=token,
-            allow_patterns=PEFT_FILES,
-        )
-    except (HfHubHTTPError, OSError, ValueError) as error:
-        raise AdapterError(f"adapter {name}: cannot fetch {source!r}: {error}") from None
-    return Path(path)
-
-
-def pinned(source: str, folder: Path) -> str:
-    """`source` as the registry records it: a repo id at a branch or tag (or none: `main`)
-    becomes `org/name@<commit>`, the commit its files in `folder` came from (huggingface_hub
-    names a snapshot folder after it); a local folder or a commit is kept as it is."""
-    if Path(source).expanduser().is_dir() or not _REPO_ID.match(source):
+def pinned(source: str, folder: Path, *, local: bool) -> str:
+    """`source` as the registry records it: a local folder as `folder` (absolute, resolved); a
+    repo id at a branch or tag (or none: `main`) as `org/name@<commit>`, the commit its files
+    in `folder` came from (huggingface_hub names a snapshot folder after it); a commit as is."""
+    if local:
+        return str(folder)
+    if not REPO_ID.match(source):
         return source
     repo, _, revision = source.partition("@")
     if _COMMIT.match(revision) or not _COMMIT.match(folder.name):
@@ -69,11 +36,17 @@ def pinned(source: str, folder: Path) -> str:
     return f"{repo}@{folder.name}"
 
 
-def read(name: str, folder: Path) -> PeftAdapter:
+def read(name: str, folder: Path, max_bytes: int | None = None) -> PeftAdapter:
+    """The adapter, or AdapterError naming `name`: a malformed file is refused whatever its
+    defect (a reader's unexpected exception included), never a 500."""
     try:
-        return read_peft_adapter(folder)
-    except AdapterError as error:  # name the adapter, not only its folder
-        raise AdapterError(f"adapter {name}: {str(error).removeprefix('adapter ')}") from None
+        return read_peft_adapter(folder, name=name, max_bytes=max_bytes)
+    except AdapterError:
+        raise
+    except Exception as error:
+        log.warning("adapter %s: unreadable", name, exc_info=True)
+        message = f"adapter {name}: its files are malformed ({type(error).__name__})"
+        raise AdapterError(message) from None
 
 
 def check_fits(

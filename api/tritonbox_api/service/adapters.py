@@ -3,8 +3,9 @@ sends the engine for one.
 
 Registered adapters live in the database (every api worker and every restart sees the same
 ones); their weights stay in their source and are read, checked against the recorded sha256 and
-converted to TensorRT-LLM's `lora_weights` / `lora_config` on a worker's first use, then kept
-in a small LRU. The engine caches adapters by task id, so a worker sends the weights the first
+converted to TensorRT-LLM's `lora_weights` / `lora_config` on a worker's first use (in a thread:
+a large adapter takes seconds the event loop must not), then kept in an LRU bounded in bytes
+(adapter_cache.py). The engine caches adapters by task id, so a worker sends the weights the first
 time it uses an adapter and the id alone afterwards; when the engine no longer has them (evicted,
 restarted) it says so and the prediction service resends them once (`with_weights`).
 """
@@ -13,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from tritonbox_api.db import adapters as crud
 from tritonbox_api.db.models import Adapter
 from tritonbox_api.db.session import Database
 from tritonbox_api.protocol.errors import ApiError, unavailable
-from tritonbox_api.service import adapter_files
+from tritonbox_api.service import adapter_files, adapter_sources
+from tritonbox_api.service.adapter_cache import ConvertedCache
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.settings import ApiSettings
 from tritonbox_api.triton_gateway import LoraSupport, TritonGateway, TritonUnavailableError
@@ -28,7 +29,6 @@ from tritonbox_common.client import LoraInputs
 from tritonbox_common.lora import AdapterError, PeftAdapter, task_id, to_lora_tensors
 
 log = logging.getLogger(__name__)
-CONVERTED_KEPT = 16  # adapters whose converted tensors a worker keeps (a few MB each)
 # What the engine (TensorRT-LLM 0.20's PeftCacheManager, and the cpu engine) says when a task id
 # comes without weights and is not in its cache.
 NOT_IN_CACHE = "not found in cache"
@@ -64,8 +64,9 @@ class AdapterService:
         self._gateway = gateway
         self._engine_context = engine_context
         self._settings = settings
+        self._policy = adapter_sources.SourcePolicy.of(settings)
         self._support: LoraSupport | None = None
-        self._converted: OrderedDict[str, LoraInputs] = OrderedDict()  # by sha256
+        self._converted = ConvertedCache(settings.adapter_cache_bytes)  # by sha256
         self._sent: set[int] = set()  # task ids whose weights this worker has sent
 
     async def support(self) -> LoraSupport:
@@ -85,21 +86,22 @@ class AdapterService:
             context = await self._engine_context.get()
         except TritonUnavailableError as error:
             raise unavailable(f"the engine is not available yet: {error}") from None
-        token = self._settings.hf_token.get_secret_value() if self._settings.hf_token else None
+        if name.lower() == context.model_name.lower():  # one id, two models: /v1/models lists both
+            raise ApiError(409, f"adapter {name!r}: the name is the base model's", param="name")
 
-        def load() -> tuple[PeftAdapter, str]:
-            folder = adapter_files.fetch(
-                name, source, cache_dir=self._settings.cache_dir, token=token
-            )
-            adapter = adapter_files.read(name, folder)
+        def load() -> tuple[PeftAdapter, str, LoraInputs]:
+            local = adapter_sources.local_folder(source, self._policy)
+            folder = local or adapter_sources.fetch(name, source, self._policy)
+            adapter = adapter_files.read(name, folder, self._policy.max_bytes)
             adapter_files.check_fits(
                 name, adapter, support=support,
                 model_dir=context.info.tokenizer_dir, model_name=context.model_name,
             )  # fmt: skip
-            return adapter, adapter_files.pinned(source, folder)
+            recorded = adapter_files.pinned(source, folder, local=local is not None)
+            return adapter, recorded, _convert(adapter, support)
 
         try:
-            adapter, recorded = await asyncio.to_thread(load)
+            adapter, recorded, inputs = await asyncio.to_thread(load)
         except AdapterError as error:  # not a malformed field: a well-formed adapter refused
             raise ApiError(400, str(error), param="source") from None
         row = Adapter(
@@ -113,7 +115,7 @@ class AdapterService:
             )
         except crud.AdapterExistsError:
             raise ApiError(409, f"adapter {name!r} is already registered", param="name") from None
-        self._remember(adapter, support)
+        self._converted.put(adapter.sha256, inputs)
         log.info("adapter %s registered from %s (rank %d)", name, recorded, adapter.rank)
         return created
 
@@ -136,64 +138,64 @@ class AdapterService:
         row = await self.get(name)
         if row is None:
             raise not_found(name)
-        full = self._converted.get(row.sha256)
-        if full is None:
-            full = await self._load(row)
-        self._converted.move_to_end(row.sha256)
+        full = await self._converted.get_or_load(row.sha256, lambda: self._load(row))
         lora = full.id_only() if full.task_id in self._sent else full
         self._sent.add(full.task_id)
         return AdapterSelection(name=row.name, sha256=row.sha256, lora=lora, full=full)
 
     async def _load(self, row: Adapter) -> LoraInputs:
         support = await self.support()
-        token = self._settings.hf_token.get_secret_value() if self._settings.hf_token else None
 
-        def load() -> PeftAdapter:
-            folder = adapter_files.fetch(
-                row.name, row.source, cache_dir=self._settings.cache_dir, token=token
-            )
-            return adapter_files.read(row.name, folder)
+        def load() -> LoraInputs:
+            label = self.shown_source(row)
+            folder = adapter_sources.fetch(row.name, row.source, self._policy, label)
+            adapter = adapter_files.read(row.name, folder, self._policy.max_bytes)
+            if adapter.sha256 != row.sha256:
+                raise AdapterError(
+                    f"adapter {row.name}: its files changed since it was registered (sha256 "
+                    f"{adapter.sha256[:12]}…, registered {row.sha256[:12]}…)"
+                )
+            return _convert(adapter, support)
 
         try:
-            adapter = await asyncio.to_thread(load)
+            return await asyncio.to_thread(load)
         except AdapterError as error:
             message = f"{error}; unregister it and register it again"
             raise ApiError(409, message, param="adapter") from None
-        if adapter.sha256 != row.sha256:
-            raise ApiError(
-                409,
-                f"adapter {row.name}: its files in {row.source} changed since it was registered "
-                f"(sha256 {adapter.sha256[:12]}…, registered {row.sha256[:12]}…); unregister it "
-                "and register it again",
-                param="adapter",
-            )
-        return self._remember(adapter, support)
 
-    def _remember(self, adapter: PeftAdapter, support: LoraSupport) -> LoraInputs:
-        weights, config = to_lora_tensors(adapter, "float32")
-        inputs = LoraInputs(task_id(adapter.sha256), weights, config, support.weights_datatype)
-        self._converted[adapter.sha256] = inputs
-        while len(self._converted) > CONVERTED_KEPT:
-            self._converted.popitem(last=False)
-        return inputs
+    def shown_source(self, row: Adapter) -> str:
+        """The row's source as answers show it: no server folder (adapter_sources.shown)."""
+        return adapter_sources.shown(row.source, self._policy)
 
     async def register_configured(self) -> None:
         """LORA_ADAPTERS at start, once the engine answers: each `name=source` not registered
-        yet is registered; one that fails is logged with its reason and left out."""
+        yet is registered; one that fails is logged (error level, naming the entry and the
+        reason) and left out, and the others are registered all the same."""
         entries = [e.strip() for e in self._settings.lora_adapters.split(",") if e.strip()]
         for entry in entries:
             name, _, source = (part.strip() for part in entry.partition("="))
             if not name or not source:
-                log.error("LORA_ADAPTERS: %r is not name=source; left out", entry)
+                log.error("LORA_ADAPTERS entry %r is not name=source: left out", entry)
                 continue
-            while True:
-                try:
-                    if await self.get(name) is None:
-                        await self.register(name, source)
-                except ApiError as error:
-                    if error.status_code == 503:  # the engine is starting: try again shortly
-                        await asyncio.sleep(2)
-                        continue
-                    if error.status_code != 409:  # 409: another api worker registered it
-                        log.error("LORA_ADAPTERS: adapter %s left out: %s", name, error.message)
-                break
+            await self._register_entry(entry, name, source)
+
+    async def _register_entry(self, entry: str, name: str, source: str) -> None:
+        while True:
+            try:
+                if await self.get(name) is None:
+                    await self.register(name, source)
+            except ApiError as error:
+                if error.status_code == 503:  # the engine is starting: try again shortly
+                    await asyncio.sleep(2)
+                    continue
+                if await self.get(name) is None:  # not 409 from another worker registering it
+                    log.error("LORA_ADAPTERS entry %r left out: %s", entry, error.message)
+            except Exception:  # whatever it is, the entries after this one still register
+                log.exception("LORA_ADAPTERS entry %r left out: unexpected error", entry)
+            return
+
+
+def _convert(adapter: PeftAdapter, support: LoraSupport) -> LoraInputs:
+    """TensorRT-LLM's tensors for `adapter` (seconds for a large one: called in a thread)."""
+    weights, config = to_lora_tensors(adapter, "float32")
+    return LoraInputs(task_id(adapter.sha256), weights, config, support.weights_datatype)

@@ -124,6 +124,9 @@ class PredictionService:
         self._max_concurrent = max_concurrent
         self._log = log_predictions
         self._running: dict[str, RunningPrediction] = {}
+        # Concurrency slots taken: one per engine request, so a prediction of `n` choices takes
+        # `n` (it is `n` requests in the engine's batch and queue).
+        self._slots = 0
 
     @property
     def running_ids(self) -> list[str]:
@@ -139,15 +142,21 @@ class PredictionService:
         model: str,
         sent: dict[str, Any],
         extra: list[PreparedGeneration] | None = None,
+        key_name: str | None = None,
     ) -> RunningPrediction:
-        """Start generating; 429 when MAX_CONCURRENT_REQUESTS predictions already run. `extra`:
-        the other choices (`n` > 1), generated side by side under this one prediction."""
-        if len(self._running) >= self._max_concurrent:
+        """Start generating; 429 when its slots (one per choice) would take the engine requests
+        running past MAX_CONCURRENT_REQUESTS. `extra`: the other choices (`n` > 1), generated
+        side by side under this one prediction. Alone, a prediction runs whatever its `n`
+        (never more than the routes' limit on `n`): else it could never run at all."""
+        slots = 1 + len(extra or ())
+        if self._slots and self._slots + slots > self._max_concurrent:
             metrics.REJECTED.labels("overloaded").inc()
+            free = max(self._max_concurrent - self._slots, 0)
             raise ApiError(
                 429,
                 f"the api is generating its maximum of {self._max_concurrent} predictions "
-                "(MAX_CONCURRENT_REQUESTS); retry shortly",
+                f"(MAX_CONCURRENT_REQUESTS; each choice of `n` takes one): {free} free, this "
+                f"request needs {slots}; retry shortly",
                 type="rate_limit_error",
                 headers={"Retry-After": "1"},
             )
@@ -162,10 +171,12 @@ class PredictionService:
             started_at=utc_now(),
             adapter_name=prepared.adapter.name if prepared.adapter else None,
             adapter_sha256=prepared.adapter.sha256 if prepared.adapter else None,
+            api_key_name=key_name,
         )
         running = RunningPrediction(id=record.id, prepared=prepared, extra=extra or [])
         # The slot and the gauge are taken here and given back once, by the producer.
         self._running[record.id] = running
+        self._slots += slots
         metrics.IN_FLIGHT.inc()
         running.producer = asyncio.create_task(self._produce(running, record, tokenizer))
         return running
@@ -197,6 +208,7 @@ class PredictionService:
             prompt_tokens=record.prompt_tokens,
             adapter_name=record.adapter_name,
             adapter_sha256=record.adapter_sha256,
+            api_key_name=record.api_key_name,
         )
         # Not awaited before generating: the insert overlaps the engine's prefill.
         return asyncio.create_task(insert)
@@ -235,7 +247,8 @@ class PredictionService:
             if final is None:  # only a bug gets here; the row is completed at the next start
                 values = self._values(record, outcome, progress, time.perf_counter() - started)
                 final = completed_in_memory(record, values)
-            self._running.pop(running.id, None)
+            if self._running.pop(running.id, None) is not None:
+                self._slots -= 1 + len(running.extra)
             metrics.IN_FLIGHT.dec()
             metrics.observe(final)
             running.end(Ended(final, outcome.retryable))

@@ -68,6 +68,7 @@ async def begin(
     n: int = 1,
     echo: bool = False,
     prompt_only: bool = False,
+    key_name: str | None = None,
 ) -> Started:
     """Start a prediction; `on_start` sees it before its first event is awaited."""
     try:
@@ -96,6 +97,7 @@ async def begin(
         model=context.model_name,
         sent=sent,
         extra=[prepared.choice(index) for index in range(1, n)],
+        key_name=key_name,
     )
     rest = running.events()
     try:

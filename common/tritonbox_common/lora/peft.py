@@ -1,4 +1,10 @@
-"""Read a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors), numpy only.
+"""Read a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) into numpy.
+
+The weights file is parsed by the `safetensors` library (its Rust reader checks the header:
+shapes, offsets, sizes), not by hand; its tensors come back as bytes and are widened to float32
+here, because `safetensors.numpy` cannot load bf16 (numpy has none). Every defect, whatever it
+is, is an AdapterError naming the adapter, and the files are read only after their size is
+checked against `max_bytes`.
 
 Only what every engine can reproduce exactly is accepted: plain LoRA on the seven Llama
 projections, one rank and one alpha for every module. Everything else (DoRA, modules_to_save,
@@ -16,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonbox_common.lora.safetensors_np import F32, SafetensorsError, load_float32
+import numpy as np
+import numpy.typing as npt
+import safetensors
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -27,7 +35,15 @@ _KEY = re.compile(
     r"^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])\.weight$"
 )
 
+F32 = npt.NDArray[np.float32]
 Weights = dict[tuple[int, str], tuple[F32, F32]]
+# The weight dtypes an adapter may have; bf16 is read as uint16 and widened into float32's high
+# half (bf16 is the upper half of a float32).
+_DTYPES: dict[str, np.dtype[Any]] = {
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),
+}
 
 
 class AdapterError(ValueError):
@@ -60,20 +76,22 @@ def task_id(sha256: str) -> int:
     return int(sha256[:15], 16)
 
 
-def read_peft_adapter(folder: Path) -> PeftAdapter:
-    """The adapter in `folder`, or AdapterError naming the folder and what is wrong."""
-    name = str(folder)
+def read_peft_adapter(
+    folder: Path, *, name: str | None = None, max_bytes: int | None = None
+) -> PeftAdapter:
+    """The adapter in `folder`, or AdapterError naming it (`name`, else the folder) and what is
+    wrong. With `max_bytes`, two files larger together are refused before they are read."""
+    shown = name or str(folder)
 
     def fail(reason: str) -> AdapterError:
-        return AdapterError(f"adapter {name}: {reason}")
+        return AdapterError(f"adapter {shown}: {reason}")
 
     try:
-        config_bytes = (folder / CONFIG_FILE).read_bytes()
-        weight_bytes = (folder / WEIGHTS_FILE).read_bytes()
+        config_bytes, weight_bytes = _read_files(folder, max_bytes, fail)
     except FileNotFoundError as e:
         raise fail(f"missing file {Path(e.filename).name}") from None
-    except OSError as e:
-        raise fail(f"cannot read {e.filename}: {e.strerror}") from None
+    except OSError as e:  # the file's name only: the answer must not show the server's folders
+        raise fail(f"cannot read {Path(e.filename or '').name}: {e.strerror}") from None
     try:
         config = json.loads(config_bytes)
     except (UnicodeDecodeError, ValueError):
@@ -81,10 +99,7 @@ def read_peft_adapter(folder: Path) -> PeftAdapter:
     if not isinstance(config, dict):
         raise fail(f"{CONFIG_FILE} is not a JSON object")
     rank, alpha = _check_config(config, fail)
-    try:
-        tensors = load_float32(weight_bytes)
-    except SafetensorsError as e:
-        raise fail(f"{WEIGHTS_FILE} is corrupt: {e}") from None
+    tensors = _load_float32(weight_bytes, fail)
     weights = _pair_weights(tensors, rank, fail)
     modules = {module for _, module in weights}
     return PeftAdapter(
@@ -96,6 +111,46 @@ def read_peft_adapter(folder: Path) -> PeftAdapter:
         weights=weights,
         sha256=hashlib.sha256(config_bytes + weight_bytes).hexdigest(),
     )
+
+
+def _read_files(folder: Path, max_bytes: int | None, fail: Any) -> tuple[bytes, bytes]:
+    """Both files' bytes, never more than `max_bytes` together: sized first (a file may also
+    grow while it is read: the read stops one byte past what is left)."""
+    files = (folder / CONFIG_FILE, folder / WEIGHTS_FILE)
+    sizes = [path.stat().st_size for path in files]
+    if max_bytes is not None and sum(sizes) > max_bytes:
+        raise fail(f"its files are {sum(sizes)} bytes, over the limit of {max_bytes} "
+                   "(ADAPTER_MAX_BYTES)")  # fmt: skip
+    left = max_bytes if max_bytes is not None else -1
+    contents = []
+    for path in files:
+        with path.open("rb") as file:
+            data = file.read(left + 1 if left >= 0 else -1)
+        left = left - len(data) if left >= 0 else -1
+        if max_bytes is not None and left < 0:
+            raise fail(f"its files grew over the limit of {max_bytes} bytes (ADAPTER_MAX_BYTES)")
+        contents.append(data)
+    return contents[0], contents[1]
+
+
+def _load_float32(data: bytes, fail: Any) -> dict[str, F32]:
+    """Every tensor of the safetensors bytes as float32 (fp32, fp16 and bf16 files)."""
+    try:
+        entries = safetensors.deserialize(data)
+    except Exception as e:  # SafetensorError, and whatever else a hostile header provokes
+        raise fail(f"{WEIGHTS_FILE} is corrupt: {e}") from None
+    tensors: dict[str, F32] = {}
+    for key, info in entries:
+        dtype = _DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise fail(f"{WEIGHTS_FILE} is corrupt: tensor {key!r} has dtype {info['dtype']} "
+                       "(fp32/fp16/bf16 only)")  # fmt: skip
+        raw = np.frombuffer(info["data"], dtype=dtype).reshape(info["shape"])
+        if info["dtype"] == "BF16":
+            tensors[key] = (raw.astype(np.uint32) << 16).view(np.float32)
+        else:
+            tensors[key] = raw.astype(np.float32)
+    return tensors
 
 
 def _check_config(config: dict[str, Any], fail: Any) -> tuple[int, float]:

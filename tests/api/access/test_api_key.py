@@ -3,11 +3,14 @@
 With API_KEY set, every route answers 401 without the key and with a wrong one, except the
 routes listed in PUBLIC on purpose: probes (health, readiness, Prometheus), the OpenAPI schema
 pages (no data), and reading one prediction by its id (a permalink is a capability: 192 random
-bits; whoever holds the link may read that prediction, never list others).
+bits; whoever holds the link may read that prediction, never list others). Among the keys, a
+`use` key may call every guarded route but those that manage (MANAGE: 403 naming the role it
+lacks), and each prediction's row and the metrics name the key that asked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -22,7 +25,10 @@ from tritonbox_api.settings import ApiSettings
 
 pytestmark = pytest.mark.server
 
-KEY = "s3cret-key-for-tests"
+KEY = "s3cret-key-for-tests"  # API_KEY: the key `default`, both roles
+USE_KEY, OPS_KEY = "alices-use-key", "ops-manage-key"
+KEYS = f"alice:use:{USE_KEY},ops:manage:sha256:{hashlib.sha256(OPS_KEY.encode()).hexdigest()}"
+MANAGE = {("POST", "/v1/adapters"), ("DELETE", "/v1/adapters/{name}")}
 PUBLIC = {
     ("GET", "/healthz"),
     ("GET", "/readyz"),
@@ -79,7 +85,9 @@ def _call(url: str, method: str, path: str, headers: dict[str, str]) -> httpx.Re
 
 @pytest.fixture(scope="module")
 def keyed_api(triton_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningApi]:
-    running = launch_api(triton_server, tmp_path_factory.mktemp("keyed"), api_key=KEY)
+    running = launch_api(
+        triton_server, tmp_path_factory.mktemp("keyed"), api_key=KEY, api_keys=KEYS
+    )
     try:
         running.wait_ready()
         yield running
@@ -129,3 +137,47 @@ def test_a_permalink_reads_one_prediction_and_lists_nothing(keyed_api: RunningAp
     assert KEY not in keyed_api.log_path.read_text()
     with sqlite3.connect(keyed_api.database_path) as connection:
         assert KEY not in "\n".join(connection.iterdump())
+
+
+GUARDED_ROUTES = [r for r in ROUTES if r not in PUBLIC]
+
+
+def test_the_manage_routes_are_all_there() -> None:
+    assert set(ROUTES) >= MANAGE
+
+
+@pytest.mark.parametrize(("method", "path"), GUARDED_ROUTES)
+def test_a_use_key_may_use_but_not_manage(keyed_api: RunningApi, method: str, path: str) -> None:
+    answer = _call(keyed_api.url, method, path, {"Authorization": f"Bearer {USE_KEY}"})
+    if (method, path) in MANAGE:
+        assert answer.status_code == 403, answer.text
+        error = answer.json()["error"]
+        assert error["type"] == "permission_error"
+        assert "the key alice lacks the manage role" in error["message"]
+    else:
+        assert answer.status_code not in (401, 403), (method, path, answer.text[:200])
+    assert USE_KEY not in answer.text
+
+
+@pytest.mark.parametrize("key", [KEY, OPS_KEY])
+def test_a_manage_key_and_the_single_api_key_may_manage(keyed_api: RunningApi, key: str) -> None:
+    for method, path in sorted(MANAGE):
+        answer = _call(keyed_api.url, method, path, {"Authorization": f"Bearer {key}"})
+        assert answer.status_code == 422, (method, path, answer.text)  # past the key: the body
+
+
+def test_the_key_name_is_on_the_row_and_in_the_metrics(keyed_api: RunningApi) -> None:
+    body = {"input": {"prompt": "Hi", "max_tokens": 2, "temperature": 0}}
+    made = {}
+    for name, key in (("alice", USE_KEY), ("default", KEY), ("ops", OPS_KEY)):
+        answer = httpx.post(f"{keyed_api.url}/v1/predictions", json=body,
+                            headers={"Authorization": f"Bearer {key}"}, timeout=120)  # fmt: skip
+        assert answer.status_code == 201, answer.text
+        made[answer.json()["id"]] = name
+    with sqlite3.connect(keyed_api.database_path) as connection:
+        rows = dict(connection.execute("SELECT id, api_key_name FROM prediction").fetchall())
+    assert {i: rows[i] for i in made} == made
+    metrics = httpx.get(f"{keyed_api.url}/metrics", timeout=30).text
+    for name in made.values():
+        assert f'key="{name}"' in metrics, name
+    assert USE_KEY not in metrics and OPS_KEY not in metrics

@@ -185,3 +185,26 @@ def test_choices_survive_a_round_trip_and_0004_rows_read_null(database: Database
         new = crud.get_prediction(session=session, id="n2")
         assert old is not None and old.choices is None
         assert new is not None and new.choices == every and new.completion_tokens == 5
+
+
+def test_the_key_name_is_kept_and_0005_rows_read_null(database: Database) -> None:
+    """Revision 0006 adds `prediction.api_key_name` (which named key asked); older rows: NULL."""
+    with database.engine.begin() as connection:
+        config = migrate.alembic_config(connection)
+        command.downgrade(config, "0005")
+        connection.exec_driver_sql(
+            "INSERT INTO prediction (id, status, source, model, input, applied, output, "
+            "created_at) VALUES ('old', 'succeeded', 'api', 'm', '{}', '{}', 'x', "
+            "'2026-11-26 00:00:00')"
+        )
+        command.upgrade(config, "head")
+    with database.session() as session:
+        crud.create_prediction(
+            session=session, id="keyed", source=Source.API, model="m", input={}, applied={},
+            prompt_tokens=1, api_key_name="ci-script",
+        )  # fmt: skip
+    with database.session() as session:
+        old = crud.get_prediction(session=session, id="old")
+        new = crud.get_prediction(session=session, id="keyed")
+        assert old is not None and old.api_key_name is None
+        assert new is not None and new.api_key_name == "ci-script"

@@ -82,6 +82,11 @@ def test_an_adapter_is_a_model_of_its_own(
     assert adapter["rank"] == 8 and adapter["target_modules"] == ["q_proj", "v_proj"]
     assert len(adapter["sha256"]) == 64 and adapter["task_id"] == int(adapter["sha256"][:15], 16)
     assert api.get("/v1/adapters/gardener").json() == adapter
+    # No server folder in any answer: the source is shown relative to its ADAPTER_DIRS root.
+    server_folder = str(folders["qv"].parent)
+    assert adapter["source"].endswith("/qv") and not adapter["source"].startswith("/")
+    for path in ("/v1/adapters", "/v1/models", "/v1/models/gardener"):
+        assert server_folder not in api.get(path).text, path
     assert [a["name"] for a in api.get("/v1/adapters").json()["data"]] == ["gardener"]
 
     client = OpenAI(base_url=f"{api_server.url}/v1", api_key="not needed", max_retries=0)
@@ -127,13 +132,14 @@ def test_an_adapter_is_a_model_of_its_own(
         ("other", 400, "trained for 'meta-llama/Llama-3.1-8B'"),
         ("corrupt", 400, "adapter_model.safetensors is corrupt"),
         ("big", 400, "rank 128 is over this engine's maximum of 64"),
-        ("missing", 400, "neither a local folder nor a Hugging Face repo id"),
+        ("missing", 400, "is not an adapter this server may load"),
+        ("outside", 400, "is not an adapter this server may load"),
     ],
 )
 def test_adapters_that_cannot_be_served_are_refused_by_name(
     api: httpx.Client, folders: dict[str, Path], folder: str, status: int, reason: str
 ) -> None:
-    source = str(folders.get(folder, "/nowhere/at all"))
+    source = str(folders.get(folder, "/etc" if folder == "outside" else "/nowhere/at all"))
     response = api.post("/v1/adapters", json={"name": f"bad-{folder}", "source": source})
     assert response.status_code == status, response.text
     message = response.json()["error"]["message"]

@@ -10,7 +10,7 @@ import pytest
 from fastapi.routing import RouteContext
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from tritonbox_api.deps import require_api_key
+from tritonbox_api.deps import require_api_key, require_manage
 from tritonbox_api.main import create_app
 from tritonbox_api.routes.responses import api_routes
 from tritonbox_api.settings import ApiSettings
@@ -39,10 +39,13 @@ EXPECTED: dict[tuple[str, str], tuple[dict[str, set[str]], set[str]]] = {
     ("POST", "/v1/chat/completions"): ({"200": {JSON, SSE}}, OPENAI),
     ("GET", "/v1/models"): ({"200": {JSON}}, {"401", "503"}),
     ("GET", "/v1/models/{model_id}"): ({"200": {JSON}}, {"401", "404", "503"}),
-    ("POST", "/v1/adapters"): ({"201": {JSON}}, {"400", "401", "409", "413", "422", "503"}),
+    ("POST", "/v1/adapters"): (
+        {"201": {JSON}},
+        {"400", "401", "403", "409", "413", "422", "503"},
+    ),
     ("GET", "/v1/adapters"): ({"200": {JSON}}, {"401"}),
     ("GET", "/v1/adapters/{name}"): ({"200": {JSON}}, {"401", "404", "422"}),
-    ("DELETE", "/v1/adapters/{name}"): ({"200": {JSON}}, {"401", "404", "422"}),
+    ("DELETE", "/v1/adapters/{name}"): ({"200": {JSON}}, {"401", "403", "404", "422"}),
     ("GET", "/p/{prediction_id}"): ({"200": {HTML}, "404": {HTML}}, set()),
 }
 
@@ -108,6 +111,9 @@ def test_401_is_declared_exactly_where_the_key_is_checked() -> None:
             path = str(route.path_format)
             declared = "401" in operations[(method, path)]["responses"]
             assert declared == _guarded(route), (method, path)
+            # 403, the role a key lacks, exactly where the manage role is checked.
+            managed = any(d.call is require_manage for d in route.dependant.dependencies)
+            assert ("403" in operations[(method, path)]["responses"]) == managed, (method, path)
 
 
 def _declared(method: str, path: str, answer: httpx.Response) -> None:

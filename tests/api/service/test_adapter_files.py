@@ -1,20 +1,24 @@
 """Where an adapter's files come from, and whether they fit the served base.
 
-A source is a local folder, or a Hugging Face repo id fetched by the real huggingface_hub into
-CACHE_DIR/hub. The hub is not reachable from tests: offline mode makes huggingface_hub answer
-from its cache, laid out as a download leaves it (tritonbox_testing.lora.hub_snapshot). The fit
-checks refuse, by name, what the engine cannot serve; the route turns each refusal into a 400
-(tests/api/routes)."""
+A source is a local folder in an allowed root, or a Hugging Face repo id an allowed pattern
+matches, fetched by the real huggingface_hub into CACHE_DIR/hub (what is not allowed:
+test_adapter_sources.py). The hub is not reachable from tests: offline mode makes
+huggingface_hub answer from its cache, laid out as a download leaves it
+(tritonbox_testing.lora.hub_snapshot). The fit checks refuse, by name, what the engine cannot
+serve; the route turns each refusal into a 400 (tests/api/routes)."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
 from tritonbox_testing.lora import ALL, hub_snapshot, make_adapter
 
-from tritonbox_api.service.adapter_files import check_fits, fetch, pinned, read
+from tritonbox_api.service.adapter_files import check_fits, pinned, read
+from tritonbox_api.service.adapter_sources import SourcePolicy
+from tritonbox_api.service.adapter_sources import fetch as fetch_from
 from tritonbox_api.triton_gateway import LoraSupport
 from tritonbox_common.lora import AdapterError
 from tritonbox_triton.prepare_model import prepare_default_model
@@ -30,6 +34,13 @@ def adapter(tmp_path_factory: pytest.TempPathFactory) -> Path:
     prepare_default_model(MODEL_DIR)  # once per machine, as the server tests' fixture does
     return make_adapter(MODEL_DIR, tmp_path_factory.mktemp("peft") / "a", 7, r=4,
                         target_modules=["q_proj"])  # fmt: skip
+
+
+def fetch(name: str, source: str, *, cache_dir: Path, token: str | None) -> Path:
+    """The adapter files' folder, with pytest's temporary folders and acme/* allowed."""
+    roots = (Path(tempfile.gettempdir()).resolve(),)
+    policy = SourcePolicy(roots, ("acme/*",), 1 << 30, cache_dir, token)
+    return fetch_from(name, source, policy)
 
 
 def test_a_local_folder_is_used_where_it_is(adapter: Path, tmp_path: Path) -> None:
@@ -53,7 +64,7 @@ def test_a_repo_id_is_pinned_to_the_commit_it_resolved_to(
 ) -> None:
     hub_snapshot(tmp_path, "acme/pirate-lora", adapter, COMMIT)
     folder = fetch("pirate", "acme/pirate-lora", cache_dir=tmp_path, token=None)
-    recorded = pinned("acme/pirate-lora", folder)
+    recorded = pinned("acme/pirate-lora", folder, local=False)
     assert recorded == f"acme/pirate-lora@{COMMIT}"
     checked = read("pirate", folder).sha256
 
@@ -66,20 +77,21 @@ def test_a_repo_id_is_pinned_to_the_commit_it_resolved_to(
     again = fetch("pirate", recorded, cache_dir=tmp_path, token=None)
     assert again == folder and read("pirate", again).sha256 == checked
 
-    # A branch or tag is pinned too; a commit and a local folder are kept as given.
-    assert pinned("acme/pirate-lora@v1", folder) == f"acme/pirate-lora@{COMMIT}"
-    assert pinned(f"acme/pirate-lora@{LATER}", moved) == f"acme/pirate-lora@{LATER}"
-    assert pinned(str(adapter), adapter) == str(adapter)
+    # A branch or tag is pinned too; a commit is kept as given, a local folder as the folder.
+    assert pinned("acme/pirate-lora@v1", folder, local=False) == f"acme/pirate-lora@{COMMIT}"
+    assert pinned(f"acme/pirate-lora@{LATER}", moved, local=False) == f"acme/pirate-lora@{LATER}"
+    assert pinned("../a", adapter.resolve(), local=True) == str(adapter.resolve())
 
 
 def test_what_cannot_be_fetched_names_the_adapter(tmp_path: Path, offline: None) -> None:
-    with pytest.raises(AdapterError, match=r"adapter ghost: cannot fetch 'acme/missing'"):
+    refused = r"adapter ghost: source 'acme/missing' is not an adapter this server may load"
+    with pytest.raises(AdapterError, match=refused):
         fetch("ghost", "acme/missing", cache_dir=tmp_path, token=None)
-    with pytest.raises(AdapterError, match=r"adapter odd: source 'not a repo' is neither"):
+    with pytest.raises(AdapterError, match=r"adapter odd: source 'not a repo' is not an adapter"):
         fetch("odd", "not a repo", cache_dir=tmp_path, token=None)
     # Sources no folder can have (schemathesis found each a 500): refused the same way.
     for source in ("0" * 5000, "~nobody-here-at-all/x", "a\x00b"):
-        with pytest.raises(AdapterError, match=r"adapter odd: source .* is neither"):
+        with pytest.raises(AdapterError, match=r"adapter odd: source .* is not an adapter"):
             fetch("odd", source, cache_dir=tmp_path, token=None)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,7 @@ def test_refuses_missing_corrupt_and_foreign_files(tmp_path: Path) -> None:
     weights = folder / "adapter_model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[:-10])
-    with pytest.raises(AdapterError, match=r"corrupt.*offsets"):
+    with pytest.raises(AdapterError, match=r"corrupt.*not fully covered"):
         read_peft_adapter(folder)
     weights.write_bytes(b"\xff" * 20)
     with pytest.raises(AdapterError, match="corrupt"):
@@ -160,3 +161,61 @@ def test_refuses_missing_corrupt_and_foreign_files(tmp_path: Path) -> None:
     embed = make_adapter(tmp_path / "b", target_modules=["q_proj", "embed_tokens"])
     with pytest.raises(AdapterError, match=r"unexpected tensor .*embed_tokens"):
         read_peft_adapter(embed)
+
+
+def _safetensors(header: dict[str, Any], body: bytes) -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + body
+
+
+Q_A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+HOSTILE = [
+    # A negative dimension: the hand-written reader raised an unexpected ValueError (a 500).
+    _safetensors({Q_A: {"dtype": "F32", "shape": [-1, 4], "data_offsets": [0, 16]}}, b"\0" * 16),
+    # A shape whose element count overflows, offsets past the end, a header longer than the file.
+    _safetensors({Q_A: {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 16]}}, b""),
+    _safetensors({Q_A: {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}, b"\0" * 8),
+    struct.pack("<Q", 2**62) + b"{}",
+    # A dtype no adapter has, and a header that is not an object.
+    _safetensors({Q_A: {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8),
+    _safetensors([1, 2], b""),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize("weights", HOSTILE, ids=range(len(HOSTILE)))
+def test_a_malformed_safetensors_header_is_refused_naming_the_adapter(
+    tmp_path: Path, weights: bytes
+) -> None:
+    folder = make_adapter(tmp_path / "a")
+    (folder / "adapter_model.safetensors").write_bytes(weights)
+    with pytest.raises(AdapterError, match=r"^adapter hostile: adapter_model\.safetensors is "):
+        read_peft_adapter(folder, name="hostile")
+
+
+def test_files_over_max_bytes_are_refused_before_they_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = make_adapter(tmp_path / "a")
+    size = sum(f.stat().st_size for f in folder.iterdir() if f.name.startswith("adapter_"))
+    assert read_peft_adapter(folder, max_bytes=size).rank == 4  # the limit itself is allowed
+    opened: list[Path] = []
+    real_open = Path.open
+
+    def recorded(self: Path, *args: Any, **options: Any) -> Any:
+        opened.append(self)
+        return real_open(self, *args, **options)
+
+    monkeypatch.setattr(Path, "open", recorded)
+    with pytest.raises(AdapterError, match=rf"^adapter a: its files are {size} bytes, over the "
+                       rf"limit of {size - 1} \(ADAPTER_MAX_BYTES\)"):  # fmt: skip
+        read_peft_adapter(folder, name="a", max_bytes=size - 1)
+    assert opened == []  # refused on their size alone
+
+
+def test_an_unreadable_file_is_named_without_its_folder(tmp_path: Path) -> None:
+    folder = make_adapter(tmp_path / "secret-place")
+    (folder / "adapter_model.safetensors").unlink()
+    (folder / "adapter_model.safetensors").mkdir()  # a folder: reading it fails (EISDIR)
+    with pytest.raises(AdapterError) as refused:
+        read_peft_adapter(folder, name="x")
+    assert "secret-place" not in str(refused.value) and "adapter_model" in str(refused.value)

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,8 @@ def launch_api(triton: Any, folder: Path, **settings: str) -> RunningApi:
         "database_path": str(folder / "predictions.db"),
         "public_url": f"http://127.0.0.1:{port}",
         "playground_url": "http://127.0.0.1:7860",
+        # Tests make their adapters in pytest's temporary folders, all under this one.
+        "adapter_dirs": tempfile.gettempdir(),
     }
     running = RunningApi(
         env=api_environment(triton, **(defaults | settings)),
