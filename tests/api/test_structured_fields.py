@@ -13,6 +13,8 @@ from tritonbox_api.protocol.openai import ChatCompletionRequest
 from tritonbox_api.routes.openai_errors import client_param
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+# json_object: OpenAI's JSON mode answers an object, so any object, not TensorRT-LLM's any-JSON.
+OBJECT = ("json_schema", json.dumps({"type": "object", "additionalProperties": True}))
 
 
 def request(**fields: Any) -> ChatCompletionRequest:
@@ -25,7 +27,7 @@ def request(**fields: Any) -> ChatCompletionRequest:
     [
         ({}, None),
         ({"response_format": {"type": "text"}}, None),
-        ({"response_format": {"type": "json_object"}}, ("json", None)),
+        ({"response_format": {"type": "json_object"}}, OBJECT),
         (
             {
                 "response_format": {
@@ -40,7 +42,7 @@ def request(**fields: Any) -> ChatCompletionRequest:
         ({"guided_regex": "[0-9]+"}, ("regex", "[0-9]+")),
         ({"guided_choice": ["a", 'say "hi"']}, ("ebnf_grammar", 'root ::= "a" | "say \\"hi\\""')),
         ({"guided_grammar": 'root ::= "x"'}, ("ebnf_grammar", 'root ::= "x"')),
-        ({"structured_outputs": {"json_object": True}}, ("json", None)),
+        ({"structured_outputs": {"json_object": True}}, OBJECT),
         ({"structured_outputs": {"regex": "a+"}}, ("regex", "a+")),
         ({"guided_regex": "a", "guided_decoding_backend": "xgrammar"}, ("regex", "a")),
     ],

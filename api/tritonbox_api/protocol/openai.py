@@ -6,7 +6,9 @@ log-probs (`top_logprobs` or completions' `logprobs` above 0) of generated token
 without them (TensorRT-LLM 0.20 returns the chosen token's log-prob only); every refusal is a
 400 naming the client's field (routes/openai_errors.py). `n` up to MAX_CHOICES, `logprobs` and
 `top_logprobs` (chat), `logprobs` 0-5 and `echo` (completions; with `max_tokens` 0 the prompt is
-only scored, as vLLM's) are honoured.
+only scored, as vLLM's) are honoured. Completions' `prompt` is a string, a list of strings, a list
+of token ids or a list of lists of them (OpenAI's and vLLM's four forms); each prompt of a list is
+its own set of `n` choices, numbered prompt-major as OpenAI numbers them.
 TritonBox's extra sampling options (top_k, repetition_penalty, min_tokens, bad_words) and
 vLLM's `ignore_eos` are accepted as the SDK's `extra_body`, as vLLM does; structured output
 (`response_format`, vLLM's guided_* and `structured_outputs`) is in structured.py.
@@ -25,7 +27,20 @@ from tritonbox_common import parameters as p
 MAX_CHOICES = 8  # `n`: choices per request, each an engine request of its own
 MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI's
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
-_ONE_ITEM = {"minItems": 1, "maxItems": 1}
+# Completions: prompts x n engine requests at most, under one prediction, each taking one of
+# the MAX_CONCURRENT_REQUESTS slots (as `n`'s choices do): enough for an evaluation harness's
+# batches (lm-evaluation-harness sends batch_size prompts a request), and a bound on what one
+# request, which runs whatever its size when it is alone, can ask of the engine.
+MAX_PROMPT_CHOICES = 32
+# A prompt as token ids (OpenAI's and vLLM's); each id is checked against the vocabulary once
+# the tokenizer is known (service/prompts.py), the length against MAX_INPUT_LEN.
+TokenIds = Annotated[
+    list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=p.MAX_PROMPT_CHARS)
+]
+PromptForm = str | list[int]  # one prompt: its text or its token ids
+# A placeholder for GenerationInput's required text while a token-id prompt's text (decoded by
+# the route, which has the tokenizer) is not known yet; replaced before anything reads it.
+IDS_PLACEHOLDER = "(token ids)"
 
 
 class StreamOptions(BaseModel):
@@ -76,10 +91,14 @@ class _OpenAIRequest(StructuredFields):
 
 
 class CompletionRequest(_OpenAIRequest):
-    # A list holds one prompt: the schema says so (minItems/maxItems) and `generation` refuses
-    # any other length with its own message.
-    prompt: p.Prompt | Annotated[list[p.Prompt], Field(json_schema_extra=_ONE_ITEM)] = Field(
-        description="The text to continue (one prompt)."
+    prompt: (
+        p.Prompt
+        | TokenIds
+        | Annotated[list[p.Prompt], Field(min_length=1, max_length=MAX_PROMPT_CHOICES)]
+        | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPT_CHOICES)]
+    ) = Field(
+        description="The text to continue: a string, a list of token ids, or a list of either "
+        f"(each prompt its own `n` choices; prompts x n at most {MAX_PROMPT_CHOICES})."
     )
     # 0 only with echo (vLLM's and OpenAI's way to score a text): checked in `generation()`.
     max_tokens: int = p.MAX_TOKENS.field(
@@ -104,15 +123,27 @@ class CompletionRequest(_OpenAIRequest):
         """`echo` with `max_tokens` 0: the prompt scored, nothing generated (vLLM's rule)."""
         return self.echo and self.max_tokens == 0
 
+    def prompts(self) -> list[PromptForm]:
+        """Every prompt of the request, in order: a text or a list of token ids each."""
+        if isinstance(self.prompt, str):
+            return [self.prompt]
+        if isinstance(self.prompt[0], int):
+            return [[int(i) for i in self.prompt]]
+        return list(self.prompt)
+
     def generation(self) -> GenerationInput:
+        """The parameters, with the first prompt's text (IDS_PLACEHOLDER for token ids)."""
         if self.max_tokens == 0 and not self.echo:
             # vLLM's answer too ("max_tokens must be at least 1"): nothing to return.
             raise ValueError("max_tokens: must be at least 1 (0 only with echo), got 0")
-        if isinstance(self.prompt, list):
-            if len(self.prompt) != 1:
-                raise ValueError("prompt: give one prompt per request")
-            return self._generation(prompt=self.prompt[0])
-        return self._generation(prompt=self.prompt)
+        prompts = self.prompts()
+        if len(prompts) * self.n > MAX_PROMPT_CHOICES:
+            raise ValueError(
+                f"prompt: {len(prompts)} prompts x n={self.n} is more than "
+                f"{MAX_PROMPT_CHOICES} choices a request"
+            )
+        first = prompts[0]
+        return self._generation(prompt=first if isinstance(first, str) else IDS_PLACEHOLDER)
 
     def top_logprobs_asked(self) -> tuple[int | None, str]:
         """None without log-probs, else how many alternatives; and the field that said so."""

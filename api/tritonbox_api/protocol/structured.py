@@ -2,12 +2,14 @@
 translated into the engine's one guide (tritonbox_common.guided).
 
 Accepted, as vLLM accepts them (its OpenAI protocol): `response_format` `text` (no constraint),
-`json_object` (any JSON) and `json_schema` (`{"name", "schema", "strict"}`; enforced whether
-strict or not, as vLLM does); the extra fields `guided_json` (a schema, as an object or JSON
-text), `guided_regex`, `guided_choice` (a list of strings) and `guided_grammar` (EBNF); and
-their newer form `structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object"}`.
-One kind per request: a second one is refused with 400 naming it, as vLLM refuses ("You can only
-use one kind of ...").
+`json_object` (a JSON object: OpenAI's JSON mode answers an object, never an array or a scalar,
+so it is sent as the schema JSON_OBJECT, not as TensorRT-LLM's any-JSON `json`) and
+`json_schema` (`{"name", "schema", "strict"}`; enforced whether strict or not, as vLLM does);
+the extra fields `guided_json` (a schema, as an object or JSON text), `guided_regex`,
+`guided_choice` (a list of strings) and `guided_grammar` (EBNF); and their newer form
+`structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object"}`. One kind per
+request: a second one is refused with 400 naming it, as vLLM refuses ("You can only use one kind
+of ...").
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ class StructuredFields(BaseModel):
 
     response_format: ResponseFormat | None = Field(
         default=None,
-        description="text, json_object (any JSON) or json_schema (the answer follows the schema).",
+        description="text, json_object (a JSON object) or json_schema (the answer follows the "
+        "schema).",
     )
     guided_json: dict[str, Any] | str | None = Field(
         default=None, description="vLLM's: the answer follows this JSON schema."
@@ -137,6 +140,11 @@ def _schema(name: str, schema: dict[str, Any] | str) -> tuple[str, str]:
     return "json_schema", text
 
 
+# `json_object`: any object, any members (`additionalProperties` said outright, as xgrammar's
+# strict mode would otherwise close an object whose schema names none).
+JSON_OBJECT = ("json_schema", json.dumps({"type": "object", "additionalProperties": True}))
+
+
 def _choice(name: str, choices: Choice) -> tuple[str, str]:
     if any(not choice for choice in choices):
         raise ValueError(f"{name}: every choice must be a non-empty string")
@@ -148,7 +156,7 @@ def _asked(fields: StructuredFields) -> list[tuple[str, tuple[str, str | None]]]
     asked: list[tuple[str, tuple[str, str | None]]] = []
     response = fields.response_format
     if response is not None and response.type == "json_object":
-        asked.append(("response_format", ("json", None)))
+        asked.append(("response_format", JSON_OBJECT))
     elif response is not None and response.type == "json_schema":
         if response.json_schema is None:
             raise ValueError("response_format: json_schema needs its `json_schema` object")
@@ -177,7 +185,7 @@ def _asked(fields: StructuredFields) -> list[tuple[str, tuple[str, str | None]]]
         if outputs.grammar is not None:
             kinds.append(("structured_outputs.grammar", ("ebnf_grammar", outputs.grammar)))
         if outputs.json_object:
-            kinds.append(("structured_outputs.json_object", ("json", None)))
+            kinds.append(("structured_outputs.json_object", JSON_OBJECT))
         if not kinds:
             raise ValueError("structured_outputs: name one kind (json, regex, choice, grammar)")
         asked += kinds

@@ -13,6 +13,7 @@ from starlette.types import Receive
 from tritonbox_api.db.models import Source
 from tritonbox_api.deps import Services, key_name
 from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_api.service.prompts import PromptInput
 from tritonbox_api.service.runner import Started, begin
 from tritonbox_api.service.running import RunningPrediction
 
@@ -66,6 +67,7 @@ async def start(
     n: int = 1,
     echo: bool = False,
     prompt_only: bool = False,
+    prompts: list[PromptInput] | None = None,
 ) -> Started:
     """Begin a prediction that is cancelled as soon as its client disconnects."""
     watcher = DisconnectWatcher(request.receive)
@@ -87,6 +89,7 @@ async def start(
             echo=echo,
             prompt_only=prompt_only,
             key_name=key_name(request),
+            prompts=prompts,
         )
     except BaseException:
         watcher.close()

@@ -4,7 +4,6 @@ expects (`data:` chunks, an error chunk mid-stream, then `data: [DONE]`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -21,12 +20,11 @@ from tritonbox_api.protocol.openai import (
 from tritonbox_api.routes.common import prediction_headers, start
 from tritonbox_api.routes.openai_errors import REFUSED, OpenAIRoute, client_named
 from tritonbox_api.routes.openai_logprobs import LogprobShape
-from tritonbox_api.routes.openai_shape import Shape, error_body, usage
+from tritonbox_api.routes.openai_shape import Shape, error_body
+from tritonbox_api.routes.openai_stream import sse
 from tritonbox_api.routes.responses import EVENT_STREAM, GENERATING, GUARDED, errors, streamed
-from tritonbox_api.routes.sse import EventStream, frame
-from tritonbox_api.service.predictions import Ended
-from tritonbox_api.service.runner import Started
-from tritonbox_api.service.running import ChoiceText
+from tritonbox_api.routes.sse import EventStream
+from tritonbox_api.service.prompts import prompt_inputs
 from tritonbox_api.triton_gateway import TritonUnavailableError
 from tritonbox_common.guided import GUIDE_INPUT
 
@@ -44,46 +42,6 @@ COMPLETION = {
     **streamed(200, EVENT_STREAM, "The completion, or with `stream` its chunks as events."),
     **errors(400, *GENERATING, 499, 502, notes={400: REFUSED}),
 }
-
-
-async def _sse(
-    shape: Shape, started: Started, include_usage: bool, logprobs: LogprobShape | None
-) -> AsyncIterator[bytes]:
-    first = True
-    given = 0  # how many tokens' log-probs the chunks so far carried
-    started_choices: set[int] = set()  # the other choices that sent a chunk (`n` > 1)
-    async for event in started.events():
-        if isinstance(event, ChoiceText):
-            new = event.index not in started_choices
-            started_choices.add(event.index)
-            chunk = shape.delta(event.text, first=new, index=event.index)
-            yield frame(json.dumps(chunk, ensure_ascii=False))
-            continue
-        if not isinstance(event, Ended):
-            if logprobs is None:
-                yield shape.delta_event(event, first=first)
-            else:
-                # The tokens behind this text came first: their log-probs are all there.
-                entries = started.running.logprobs[given:]
-                given += len(entries)
-                chunk = shape.delta(event, first=first, logprobs=logprobs.part(entries))
-                yield frame(json.dumps(chunk, ensure_ascii=False))
-            first = False
-            continue
-        prediction = event.prediction
-        if prediction.status is Status.SUCCEEDED:
-            rest = started.running.logprobs[given:]
-            if logprobs is not None and rest:  # tokens whose text never came (a stop word)
-                chunk = shape.delta("", first=first, logprobs=logprobs.part(rest))
-                yield frame(json.dumps(chunk, ensure_ascii=False))
-            for closing in shape.last(prediction):
-                yield frame(json.dumps(closing))
-            if include_usage:
-                yield frame(json.dumps({**shape.envelope({}, True), "choices": [],
-                                        "usage": usage(prediction)}))  # fmt: skip
-        else:
-            yield frame(error_body(prediction))
-    yield frame("[DONE]")
 
 
 async def _complete(
@@ -113,12 +71,14 @@ async def _answer(
     except ValueError as error:
         field = "max_tokens" if str(error).startswith("max_tokens: ") else "prompt"
         raise invalid(field, str(error).removeprefix(f"{field}: ")) from None
+    prompts = None
+    if isinstance(body, CompletionRequest):
+        # Token ids checked against the vocabulary, and decoded for echo and the row.
+        prompts = prompt_inputs(await services.engine_context.get(), body.prompts())
     try:
         top, top_field = body.top_logprobs_asked()
     except ValueError as error:
         raise ApiError(400, str(error), param=str(error).split(":")[0]) from None
-    if top is not None and body.n > 1:
-        raise ApiError(400, f"n: log-probs come with one choice only; got n={body.n}", param="n")
     try:
         guided = body.guided_decoding()
     except ValueError as error:
@@ -144,16 +104,18 @@ async def _answer(
         n=body.n,
         echo=isinstance(body, CompletionRequest) and body.echo,
         prompt_only=isinstance(body, CompletionRequest) and body.prompt_only,
+        prompts=prompts,
     )
     shape = Shape(chat, started)
     logprobs = None
     if top is not None:
         tokenizer = (await services.engine_context.get()).tokenizer
-        logprobs = LogprobShape(tokenizer, chat=chat, top=top)
+        count = len(started.running.logprobs)
+        logprobs = [LogprobShape(tokenizer, chat=chat, top=top) for _ in range(count)]
     headers = prediction_headers(services, started.id)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = _sse(shape, started, include_usage, logprobs)
+        events = sse(shape, started, include_usage, logprobs)
         return EventStream(events, headers=headers, ping=10)
     prediction = (await started.result()).prediction
     if prediction.status is not Status.SUCCEEDED:
@@ -165,7 +127,10 @@ async def _answer(
         failure = json.loads(error_body(prediction))
         code = 499 if prediction.status is Status.CANCELED else 502
         return JSONResponse(failure, status_code=code, headers=headers)
-    whole = logprobs.part(started.running.logprobs) if logprobs is not None else None
+    whole = None
+    if logprobs is not None:
+        every = zip(logprobs, started.running.logprobs, strict=True)
+        whole = [each.part(entries) for each, entries in every]
     return JSONResponse(shape.whole(prediction, whole), headers=headers)
 
 

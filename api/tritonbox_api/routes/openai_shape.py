@@ -112,8 +112,9 @@ class Shape:
         return closing
 
     def whole(
-        self, prediction: Prediction, logprobs: dict[str, Any] | None = None
+        self, prediction: Prediction, logprobs: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
+        """The whole answer; `logprobs`: each choice's (by index), when asked for."""
         every = []
         for index, output, reason in choices(prediction):
             if self.chat:
@@ -121,5 +122,6 @@ class Shape:
                 choice = {"index": index, "message": message}
             else:
                 choice = {"index": index, "text": output}
-            every.append({**choice, "logprobs": logprobs, "finish_reason": reason})
+            shown = logprobs[index] if logprobs is not None else None
+            every.append({**choice, "logprobs": shown, "finish_reason": reason})
         return {**self.envelope(every[0], False), "choices": every, "usage": usage(prediction)}

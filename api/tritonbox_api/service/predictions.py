@@ -33,7 +33,13 @@ from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.service.adapters import NOT_IN_CACHE
 from tritonbox_api.service.outcome import completed_in_memory
 from tritonbox_api.service.prepare import PreparedGeneration
-from tritonbox_api.service.running import ChoiceText, Ended, Event, RunningPrediction
+from tritonbox_api.service.running import (
+    ChoiceText,
+    Ended,
+    Event,
+    RunningPrediction,
+    TokenLogprob,
+)
 from tritonbox_api.text.decoder import IncrementalDecoder
 from tritonbox_api.text.stop_words import StopStringMatcher
 from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
@@ -87,7 +93,7 @@ class _Outcome:
     retryable: bool = False
 
 
-def _add_logprobs(running: RunningPrediction, chunk: Chunk) -> None:
+def _add_logprobs(entries: list[TokenLogprob], chunk: Chunk) -> None:
     """The chunk's token log-probs, kept for the route; before the chunk's text is emitted."""
     values = token_log_probs(chunk.result, len(chunk.ids))
     if len(values) != len(chunk.ids):
@@ -95,18 +101,19 @@ def _add_logprobs(running: RunningPrediction, chunk: Chunk) -> None:
                                  " tokens (is `output_log_probs` among its outputs?)")  # fmt: skip
     tops: list[TopLogprobs | None] = [*top_log_probs(chunk.result, len(chunk.ids))]
     tops = tops or [None] * len(chunk.ids)
-    running.logprobs += zip(chunk.ids, values, tops, strict=True)
+    entries += zip(chunk.ids, values, tops, strict=True)
 
 
-def _add_prompt_logprobs(running: RunningPrediction, chunk: Chunk) -> None:
+def _add_prompt_logprobs(
+    entries: list[TokenLogprob], prepared: PreparedGeneration, chunk: Chunk
+) -> None:
     """With `echo`: the prompt tokens' entries, first (from the engine's first response)."""
-    prepared = running.prepared
     ids = prepared.request.input_ids or ()
-    entries = prompt_log_probs(chunk.result, ids, prepared.logprobs or 0)
-    if entries is None:
+    scored = prompt_log_probs(chunk.result, ids, prepared.logprobs or 0)
+    if scored is None:
         raise TritonRequestError("the engine sent no prompt log-probs with its first response "
                                  "(prompt_log_probs or context_logits)")  # fmt: skip
-    running.logprobs[:0] = entries
+    entries[:0] = scored
 
 
 class PredictionService:
@@ -321,14 +328,20 @@ class PredictionService:
                 running.queue.put_nowait(text if index == 0 else ChoiceText(index, text))
 
         request = prepared.request
+        entries = running.logprobs[index]
+        # The cpu engine sends the end token that ended the answer (with its log-prob, which
+        # OpenAI's and vLLM's log-probs include); TensorRT-LLM's executor leaves it out. It is
+        # counted (vLLM counts it) and has its log-prob entry, but its text is never output.
+        end_id = int(request.sampling.get("end_id", -1))
+        ended = False  # the last tokens came ended with the end token
         progress.engine_opened = True
         echo = prepared.echo  # the prompt's text (and entries) still to come first
         async with contextlib.aclosing(self._stream(prepared, progress)) as chunks:
             async for chunk in chunks:
                 progress.engine_finished = chunk.final
                 if echo:  # vLLM: the prompt comes with the first chunk
-                    if prepared.logprobs is not None and index == 0:
-                        _add_prompt_logprobs(running, chunk)
+                    if prepared.logprobs is not None:
+                        _add_prompt_logprobs(entries, prepared, chunk)
                     emit(request.prompt)
                     echo = False
                 if not chunk.ids or prepared.prompt_only:  # prompt_only: a token is dropped
@@ -336,9 +349,11 @@ class PredictionService:
                 if progress.time_to_first_token_s is None:
                     progress.time_to_first_token_s = time.perf_counter() - started
                 progress.completion_tokens += len(chunk.ids)
-                if prepared.logprobs is not None and index == 0:
-                    _add_logprobs(running, chunk)
-                emit(matcher.push(decoder.push(chunk.ids)))
+                if prepared.logprobs is not None:
+                    _add_logprobs(entries, chunk)
+                # Only ever a chunk's last: the engine ends on it.
+                ended = end_id >= 0 and chunk.ids[-1] == end_id
+                emit(matcher.push(decoder.push(chunk.ids[:-1] if ended else chunk.ids)))
                 if matcher.stopped:
                     # The api's exact-text match is the one rule for stop words: the producer
                     # stops the engine's request once this stream is closed.
@@ -350,7 +365,9 @@ class PredictionService:
         if matcher.stopped:
             progress.finish_reason = FinishReason.STOP_WORD
             progress.stop_word = matcher.matched
-        elif prepared.prompt_only or progress.completion_tokens >= request.max_tokens:
+        elif prepared.prompt_only or (
+            not ended and progress.completion_tokens >= request.max_tokens
+        ):
             progress.finish_reason = FinishReason.LENGTH
         else:
             progress.finish_reason = FinishReason.STOP

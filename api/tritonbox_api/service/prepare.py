@@ -7,7 +7,6 @@ messages that name the field, the limit and the value.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import uuid
 from dataclasses import dataclass, replace
@@ -18,18 +17,11 @@ from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service import echo as echo_rules
 from tritonbox_api.service.adapters import AdapterSelection
 from tritonbox_api.service.engine_context import EngineContext
+from tritonbox_api.service.prompts import PromptInput, chat_prompt, prompt_ids
 from tritonbox_common import parameters as p
 from tritonbox_common.client import GenerationRequest
 from tritonbox_common.ensemble import ENGINE_MODEL
-from tritonbox_common.errors import RequestError
-from tritonbox_common.tokenization import encode_prompt
 from tritonbox_common.word_lists import encode_word_list, pack_word_ids
-
-# Prompts up to this many characters are tokenised on the event loop: a fast tokenizer takes
-# well under the cost of handing the work to a thread and back under a burst of requests (the
-# hop waits for the loop, which is busy relaying other streams), so a thread only pays for
-# prompts long enough to stall every other stream noticeably (docs/benchmark-api-changes.md).
-INLINE_TOKENIZE_MAX_CHARS = 2_000
 
 
 @dataclass(frozen=True)
@@ -59,44 +51,12 @@ class PreparedGeneration:
         return replace(self, request=request)
 
 
-def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    if not getattr(tokenizer, "chat_template", None):
-        raise invalid("messages", "this model has no chat template; send a `prompt` instead")
-    try:
-        return str(
-            tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        )
-    except Exception as error:  # the template itself may reject a conversation (roles, order)
-        raise invalid("messages", f"the model's chat template refused them: {error}") from None
-
-
 def _check_words(tokenizer: Any, field: str, words: list[str]) -> None:
     for index, word in enumerate(words):
         try:
             encode_word_list(tokenizer, [word])
         except ValueError as error:
             raise invalid(f"{field}[{index}]", str(error)) from None
-
-
-def _prompt_ids(context: EngineContext, prompt: str) -> list[int]:
-    try:
-        ids = encode_prompt(context.tokenizer, prompt, context.info.max_input_len)
-    except RequestError:
-        count = len(context.tokenizer.encode(prompt))
-        raise invalid(
-            "prompt",
-            f"{count} tokens is longer than the engine's max input of "
-            f"{context.info.max_input_len} tokens (MAX_INPUT_LEN)",
-        ) from None
-    return [int(i) for i in ids]
-
-
-async def prompt_ids(context: EngineContext, prompt: str) -> list[int]:
-    """The prompt's token ids; 422 when it is longer than the engine accepts."""
-    if len(prompt) <= INLINE_TOKENIZE_MAX_CHARS:
-        return _prompt_ids(context, prompt)
-    # Tokenising a long prompt takes milliseconds: keep it off the event loop.
-    return await asyncio.to_thread(_prompt_ids, context, prompt)
 
 
 async def prepare(
@@ -110,9 +70,12 @@ async def prepare(
     logprobs_field: str = "logprobs",
     echo: bool = False,
     prompt_only: bool = False,
+    source: PromptInput | None = None,
 ) -> PreparedGeneration:
-    """`max_tokens_given`: whether the client chose max_tokens (by default, whether `params`
-    has it set; a route that builds `params` itself knows better). `logprobs`: return each
+    """`source`: the prompt when it is one of several or came as token ids (those go to the
+    engine as sent, prompts.py), instead of `params.prompt`. `max_tokens_given`: whether the
+    client chose max_tokens (by default, whether `params` has it set; a route that builds
+    `params` itself knows better). `logprobs`: return each
     token's log-prob and (N > 0) its N most likely alternatives; `logprobs_field` is what the
     client called N, for the error an engine without top log-probs gives.
 
@@ -160,17 +123,21 @@ async def prepare(
             "tokenizer info in its folder (docs/gpu.md, 'Guided decoding')",
         )
     echo_rules.check(context.info, echo=echo, logprobs=logprobs)
+    field = source.field if source is not None else "prompt"
     if params.messages is not None:
         messages = [m.model_dump() for m in params.messages]
         prompt = chat_prompt(context.tokenizer, messages)
     else:
         assert params.prompt is not None  # the model validator guarantees one of them
-        prompt = params.prompt
-    if not prompt.strip():
-        raise invalid("prompt", "is empty (only whitespace)")
+        prompt = params.prompt if source is None else source.text
+    if source is not None and source.ids is not None:
+        ids = source.ids  # checked against the vocabulary and MAX_INPUT_LEN already
+    elif not prompt.strip():
+        raise invalid(field, "is empty (only whitespace)")
+    else:
+        ids = await prompt_ids(context, prompt, field)
     stop_words = list(params.stop_words_list or [])
     bad_words = list(params.bad_words_list or [])
-    ids = await prompt_ids(context, prompt)
     _check_words(context.tokenizer, "stop_words_list", stop_words)
     _check_words(context.tokenizer, "bad_words_list", bad_words)
 
@@ -227,7 +194,7 @@ async def prepare(
         "seed": seed,
         "stop_words_list": stop_words,
         "bad_words_list": bad_words,
-        "prompt": params.prompt,
+        "prompt": prompt if params.messages is None else None,
         "messages": [m.model_dump() for m in params.messages] if params.messages else None,
         "engine_prompt": prompt,
         **({"logprobs": logprobs} if logprobs is not None else {}),

@@ -7,7 +7,7 @@ Waiting for the first event before answering lets a route still send a proper st
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tritonbox_api.db.models import Source
@@ -17,6 +17,7 @@ from tritonbox_api.service.adapters import AdapterService
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.service.predictions import ENGINE_QUEUE_FULL, PredictionService
 from tritonbox_api.service.prepare import prepare
+from tritonbox_api.service.prompts import PromptInput
 from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.triton_gateway import TritonUnavailableError
 
@@ -69,34 +70,44 @@ async def begin(
     echo: bool = False,
     prompt_only: bool = False,
     key_name: str | None = None,
+    prompts: list[PromptInput] | None = None,
 ) -> Started:
-    """Start a prediction; `on_start` sees it before its first event is awaited."""
+    """Start a prediction; `on_start` sees it before its first event is awaited. `prompts`:
+    the completions' prompts (a list, or token ids), each with `n` choices, prompt-major."""
     try:
         context = await loader.get()
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
     # An unknown adapter is a 404 before anything else is checked or stored.
     adapter = await adapters.select(params.adapter) if params.adapter else None
-    prepared = await prepare(
-        params,
-        context,
-        max_beam_width=max_beam_width,
-        stream=stream,
-        max_tokens_given=max_tokens_given,
-        logprobs=logprobs,
-        logprobs_field=logprobs_field,
-        echo=echo,
-        prompt_only=prompt_only,
-    )
-    if adapter is not None:
-        prepared = prepared.with_adapter(adapter)
+    every = []  # each prompt's request; all are checked before any is sent
+    sources: list[PromptInput | None] = [*prompts] if prompts else [None]
+    for prompt in sources:
+        prepared = await prepare(
+            params,
+            context,
+            max_beam_width=max_beam_width,
+            stream=stream,
+            max_tokens_given=max_tokens_given,
+            logprobs=logprobs,
+            logprobs_field=logprobs_field,
+            echo=echo,
+            prompt_only=prompt_only,
+            source=prompt,
+        )
+        # One seed for the request (a random one drawn once): prompt i's choice j is seeded
+        # seed + j, what that prompt alone would answer.
+        params = params.model_copy(update={"seed": prepared.applied["seed"]})
+        every.append(prepared.with_adapter(adapter) if adapter is not None else prepared)
+    # The row counts every prompt's tokens (OpenAI's and vLLM's usage for a list of prompts).
+    lead = replace(every[0], prompt_tokens=sum(each.prompt_tokens for each in every))
     running = predictions.start(
-        prepared,
+        lead,
         tokenizer=context.tokenizer,
         source=source,
         model=context.model_name,
         sent=sent,
-        extra=[prepared.choice(index) for index in range(1, n)],
+        extra=[each.choice(index) for each in every for index in range(n)][1:],
         key_name=key_name,
     )
     rest = running.events()

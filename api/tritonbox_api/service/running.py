@@ -97,8 +97,12 @@ class RunningPrediction:
     producer: asyncio.Task[None] | None = None
     cancel_reason: str | None = None
     ended: Ended | None = None
-    # With `prepared.logprobs`: one entry per generated token, appended before its text is.
-    logprobs: list[TokenLogprob] = field(default_factory=list)
+    # With `prepared.logprobs`: each choice's entries (indexed as the choices), one per token
+    # (with `echo` the prompt's first), each appended before its text is.
+    logprobs: list[list[TokenLogprob]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.logprobs = [[] for _ in range(1 + len(self.extra))]
 
     def cancel(self, reason: str) -> None:
         """Ask the prediction to stop; idempotent, from any task, before or after it started."""

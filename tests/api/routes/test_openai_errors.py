@@ -60,7 +60,9 @@ def test_completion_refusals_name_the_clients_fields(client: openai.OpenAI, mode
     assert refusal(complete(max_tokens=100_000))["param"] == "max_tokens"
     assert refusal(complete(temperature=-1))["param"] == "temperature"
     assert refusal(complete(stop=[LONG_WORD]))["param"] == "stop[0]"
-    assert refusal(complete(prompt=["a", "b"]))["param"] == "prompt"
+    # A list of prompts is accepted (OpenAI's forms); prompts x n past the bound is not.
+    assert refusal(complete(prompt=["a"] * 5, n=8))["param"] == "prompt"
+    assert refusal(complete(prompt=[[1], [10**9]]))["param"] == "prompt[1]"
 
 
 def test_malformed_json_is_a_400_here_and_a_422_on_native_routes(api: httpx.Client) -> None:

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from tritonbox_api.deps import require_api_key, require_manage
 from tritonbox_api.main import create_app
+from tritonbox_api.protocol.openai import MAX_PROMPT_CHOICES
 from tritonbox_api.routes.responses import api_routes
 from tritonbox_api.settings import ApiSettings
 
@@ -94,8 +95,12 @@ def test_rules_the_schema_can_state_are_in_it() -> None:
     for name in ("GenerationInput", "PredictRequest"):
         branches = schemas[name]["anyOf"]
         assert [branch["required"] for branch in branches] == [["prompt"], ["messages"]]
-    prompt = schemas["CompletionRequest"]["properties"]["prompt"]["anyOf"][1]
-    assert (prompt["minItems"], prompt["maxItems"]) == (1, 1)
+    # Completions' four prompt forms (OpenAI's): text, token ids, and bounded lists of either.
+    forms = schemas["CompletionRequest"]["properties"]["prompt"]["anyOf"]
+    assert [form["type"] for form in forms] == ["string", "array", "array", "array"]
+    assert forms[1]["items"] == {"type": "integer", "minimum": 0}
+    for listed in forms[2:]:
+        assert (listed["minItems"], listed["maxItems"]) == (1, MAX_PROMPT_CHOICES)
 
 
 def _guarded(route: RouteContext) -> bool:

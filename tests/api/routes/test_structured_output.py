@@ -85,18 +85,38 @@ def test_json_schema_streamed_with_two_choices(client: openai.OpenAI, model: str
         valid(text)
 
 
-def test_json_object_is_json(client: openai.OpenAI, model: str) -> None:
-    reply = client.chat.completions.create(
+def test_json_object_is_always_an_object(client: openai.OpenAI, model: str) -> None:
+    """OpenAI's JSON mode answers an object: never an array or a scalar, whatever the prompt
+    invites (lists and numbers included), on completions as on chat."""
+    asks = [
+        'Answer with {"answer": "yes"} or {"answer": "no"}',
+        "List three colours as a JSON array.",
+        "What is 2 + 2? Answer with the number only.",
+    ]
+    for ask in asks:
+        reply = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": ask}],
+            max_tokens=60,
+            temperature=0,
+            response_format={"type": "json_object"},
+        )
+        text = reply.choices[0].message.content or ""
+        assert text.lstrip()[:1] == "{", text
+        if reply.choices[0].finish_reason == "stop":
+            assert isinstance(json.loads(text), dict), text
+    completion = client.completions.create(
         model=model,
-        messages=[{"role": "user", "content": 'Answer with {"answer": "yes"} or {"answer": "no"}'}],
-        max_tokens=60,
+        prompt=["[1, 2, 3] and then", "The number 42 is", 'A JSON array: ["a",'],
+        max_tokens=40,
         temperature=0,
-        response_format={"type": "json_object"},
+        extra_body={"response_format": {"type": "json_object"}},
     )
-    if reply.choices[0].finish_reason == "stop":
-        json.loads(reply.choices[0].message.content or "")
-    text = reply.choices[0].message.content or ""
-    assert text.lstrip()[:1] in set('{["-0123456789tfn'), text
+    assert len(completion.choices) == 3
+    for choice in completion.choices:
+        assert choice.text.lstrip()[:1] == "{", choice.text
+        if choice.finish_reason == "stop":
+            assert isinstance(json.loads(choice.text), dict), choice.text
 
 
 def test_text_is_no_constraint(client: openai.OpenAI, model: str) -> None:

@@ -11,13 +11,10 @@ import pytest
 
 from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.protocol.generation import GenerationInput
+from tritonbox_api.protocol.openai import IDS_PLACEHOLDER
 from tritonbox_api.service.engine_context import EngineContext
-from tritonbox_api.service.prepare import (
-    INLINE_TOKENIZE_MAX_CHARS,
-    PreparedGeneration,
-    prepare,
-    prompt_ids,
-)
+from tritonbox_api.service.prepare import PreparedGeneration, prepare
+from tritonbox_api.service.prompts import INLINE_TOKENIZE_MAX_CHARS, prompt_ids, prompt_inputs
 from tritonbox_api.triton_gateway import EngineInfo
 from tritonbox_common.client import build_inputs
 from tritonbox_common.end_ids import default_token_ids
@@ -105,7 +102,7 @@ def test_short_prompts_are_counted_inline_long_ones_in_a_thread(
         hops.append(args[1])
         return await real_to_thread(fn, *args)
 
-    monkeypatch.setattr("tritonbox_api.service.prepare.asyncio.to_thread", to_thread)
+    monkeypatch.setattr("tritonbox_api.service.prompts.asyncio.to_thread", to_thread)
     short = "a fox " * (INLINE_TOKENIZE_MAX_CHARS // 6)
     long = short + "and a dog " * 10
     assert len(short) <= INLINE_TOKENIZE_MAX_CHARS < len(long)
@@ -168,3 +165,31 @@ def test_a_guide_goes_to_the_engine_only_if_it_follows_guides(context: EngineCon
     assert prepared.request.guide == ("regex", "[0-9]+")
     assert prepared.applied["guided_decoding"] == guide
     assert run(guided, prompt="Hi").request.guide is None
+
+
+def test_token_id_prompts_reach_the_engine_as_sent(context: EngineContext) -> None:
+    """Token ids are not decoded and tokenised again: ids that text would not give (" Hello"
+    spelt as two tokens) go to the engine as they are; the text is their decoding."""
+    ids = context.tokenizer.encode(" He") + context.tokenizer.encode("llo")
+    assert ids != context.tokenizer.encode(" Hello")
+    (source,) = prompt_inputs(context, [ids])
+    assert source.ids == ids and source.text == context.tokenizer.decode(ids)
+    params = GenerationInput(prompt=IDS_PLACEHOLDER, max_tokens=2)
+    prepared = asyncio.run(prepare(params, context, max_beam_width=1, stream=True, source=source))
+    assert list(prepared.request.input_ids or []) == ids
+    assert prepared.request.prompt == source.text == prepared.applied["prompt"]
+    assert prepared.prompt_tokens == len(ids)
+
+
+def test_token_ids_are_checked_against_the_vocabulary_and_max_input_len(
+    context: EngineContext,
+) -> None:
+    vocabulary = len(context.tokenizer)
+    with pytest.raises(ApiError) as raised:
+        prompt_inputs(context, ["fine", [1, vocabulary]])
+    assert raised.value.param == "prompt[1]"
+    assert f"token id {vocabulary} at position 1" in raised.value.message
+    assert f"0 to {vocabulary - 1}" in raised.value.message
+    with pytest.raises(ApiError) as raised:
+        prompt_inputs(context, [[1] * 65])
+    assert raised.value.param == "prompt" and "MAX_INPUT_LEN" in raised.value.message

@@ -62,7 +62,7 @@ def reference_model(model_dir: Path, adapters: dict[str, Path]) -> Any:
 def reference(
     peft_model: Any, prompt: list[int], adapter: str | None, max_tokens: int
 ) -> list[int]:
-    """Greedy `generate()` with `adapter` (None = the bare base), without the final eos."""
+    """Greedy `generate()` with `adapter` (None = the bare base), its final eos included."""
     if adapter is None:
         with peft_model.disable_adapter():
             return greedy_ids(peft_model, prompt, max_tokens, EOS)

@@ -145,9 +145,13 @@ def test_min_tokens_holds_back_the_end_id(
     prompt, _, _ = short_answer
     short = submit(engine, make_sink(), prompt, max_tokens=40).wait()
     assert short.finish is EngineFinish.STOP and len(short.tokens) < 15
+    # The end token is sent too, with its log-prob (OpenAI's and vLLM's log-probs have it).
+    assert short.tokens[-1] == EOS and EOS not in short.tokens[:-1]
+    assert len(short.logprobs) == len(short.tokens) and short.logprobs[-1] < 0
     longer = submit(engine, make_sink(), prompt, max_tokens=40, min_tokens=15).wait()
     assert len(longer.tokens) >= 15
-    assert EOS not in longer.tokens
+    # The end id only after the 15 (where it ends the answer, sent as its last token).
+    assert EOS not in longer.tokens[:15] and EOS not in longer.tokens[:-1]
 
 
 def test_end_id_minus_one_never_ends(
@@ -161,8 +165,8 @@ def test_end_id_minus_one_never_ends(
     for extra in extras:
         endless = submit(engine, make_sink(), prompt, max_tokens=40, end_id=-1, **extra).wait()
         assert endless.finish is EngineFinish.LENGTH and len(endless.tokens) == 40
-        # Greedy: the same answer up to where it ended, then the end id is just a token.
-        assert endless.tokens[: len(short.tokens) + 1] == [*short.tokens, EOS]
+        # Greedy: the same answer up to where it ended, the end id then just a token.
+        assert endless.tokens[: len(short.tokens)] == short.tokens and short.tokens[-1] == EOS
 
 
 def test_top_logprobs_are_sorted_and_lead_with_the_greedy_choice(

@@ -580,11 +580,10 @@ class InflightBatcher:
         self._observer.on_tokens(1)
         finish: EngineFinish | None = None
         if choice.token == params.end_id:
-            held, run.held = run.held, []
-            sink.on_tokens([c.token for c in held], [c.logprob for c in held], EngineFinish.STOP)
-            self._observer.on_finished(EngineFinish.STOP.value)
-            return True
-        if state.words.hits_stop_word(state.generated):
+            # The end token is sent too, with its log-prob (vLLM's and OpenAI's log-probs have
+            # its entry; an evaluation harness scores it); the api keeps it out of the text.
+            finish = EngineFinish.STOP
+        elif state.words.hits_stop_word(state.generated):
             finish = EngineFinish.STOP_WORD
         elif len(state.generated) >= params.max_tokens:
             finish = EngineFinish.LENGTH
