@@ -204,7 +204,7 @@ def main() -> int:
     # A batch's first wave is a burst (its requests sent at once), not yet the closed loop that
     # a concurrency names, and the cpu engine waits a quiet gap for the rest of a burst. With two
     # waves a batch, half of the 8- and 16-stream samples and a quarter of the 4-stream ones were
-    # first waves (docs/cpu-engine.md, "At the same limits", run 6).
+    # first waves (docs/cpu-engine-history.md, "At the same limits", run 6).
     parser.add_argument("--waves", type=int, default=4, help="requests per batch: concurrency ×")
     # A median TTFT of one stream over 8 requests (4 a turn) moved by ±3 ms from run to run,
     # as much as the paths differ by there.

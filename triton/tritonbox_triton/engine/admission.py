@@ -40,7 +40,7 @@ pass is one more than half of them. The rest take the next passes right after it
 decode step (split the same way where they are many: a wave that grew past the one expected).
 Of 16 at once on the AMD machine: 9 first tokens after ~110 ms and 7 after ~200, against all 16
 after ~175 in one pass (the mean ~150 against ~175; the last ~25 ms later, one pass's fixed
-cost; docs/cpu-engine.md, tenth round). Below `SPLIT_FROM` the second pass's fixed cost
+cost; docs/cpu-engine-history.md, tenth round). Below `SPLIT_FROM` the second pass's fixed cost
 outweighs the gain: a group is waited for and prefilled whole.
 
 Triton's own dynamic batcher has the same knob (`max_queue_delay_microseconds`), fixed.

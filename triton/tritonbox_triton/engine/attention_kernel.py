@@ -1,7 +1,7 @@
 """The engine's attention as one compiled pass (attention_kernel.c), where it is built.
 
 PyTorch's fused CPU attention cost a decode step about a fifth of its time at 16 rows (~0.22
-ms a layer) and a 16-prompt prefill ~0.9 ms a layer (docs/cpu-engine.md): it runs a small
+ms a layer) and a 16-prompt prefill ~0.9 ms a layer (docs/cpu-engine-history.md): it runs a small
 matrix product per head and block of keys, and its rounding moves with the columns a batch is
 padded to, so the engine had to pad every row's keys to whole blocks to keep a row's bits its
 own (attention.py). The compiled pass computes each row from its own keys only, in float32,
@@ -112,8 +112,8 @@ class AttentionKernel:
         in a batch padded wider; decoding and causally. On the caller's torch threads only: a
         parallel region with more would start a second OpenMP team on Triton's thread, and two
         teams on two cores stop spinning between regions, which doubled a served step
-        (cpu-engine.md, second round; seen again in the eighth). The thread count's part is
-        tested (test_attention.py)."""
+        (docs/cpu-engine-history.md, second round; seen again in the eighth). The thread
+        count's part is tested (test_attention.py)."""
         generator = torch.Generator().manual_seed(_SEED)
         nearest = total = 0
         for trial in range(4):

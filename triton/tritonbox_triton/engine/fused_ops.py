@@ -3,11 +3,11 @@
 Between its products a layer of the step runs ~30 small PyTorch operations (the two RMSNorms'
 casts, squares, mean, rsqrt and products, the residual additions, RoPE's products, halves and
 sum, the cache writes), each a pass over the activations with a dispatch of its own: a third of
-a 16-row step, and more of a prefill (docs/cpu-engine.md). Here a residual addition and the norm
-after it are one pass (`add_rms_norm`), RoPE with the cache writes another (`rope`), and the
-MLP's SiLU(gate) · up a third (`silu_mul`). A prefill's rows are shared among the calling
-thread's OpenMP workers: the library links the libgomp torch has loaded, so those are torch's
-own (`load` checks that no second libgomp came with it).
+a 16-row step, and more of a prefill (docs/cpu-engine-history.md). Here a residual addition
+and the norm after it are one pass (`add_rms_norm`), RoPE with the cache writes another
+(`rope`), and the MLP's SiLU(gate) · up a third (`silu_mul`). A prefill's rows are shared
+among the calling thread's OpenMP workers: the library links the libgomp torch has loaded, so
+those are torch's own (`load` checks that no second libgomp came with it).
 
 The engine promises generate()'s tokens bit for bit, so each value is computed as PyTorch
 computes it: bfloat16 operands widened to float32, each operation's result rounded back to

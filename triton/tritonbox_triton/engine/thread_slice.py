@@ -8,7 +8,7 @@ its slice is used (`RUN_TO_PARITY`), unless the task that wakes asked for a shor
 (`PREEMPT_SHORT`, 6.12 on); with every task at the default slice (0.7–3 ms, by the number of
 cores), each of those wake-ups could wait for an engine thread's slice to run out. A first token
 took ~5 ms (median) from the engine's send to the client's event through the api
-(docs/cpu-engine.md, twelfth round). A longer slice for the engine's own threads
+(docs/cpu-engine-history.md, twelfth round). A longer slice for the engine's own threads
 (`sched_setattr`'s `sched_runtime` for a normal task, 6.12 on) leaves every other task's slice the
 shorter, so they preempt the engine as they wake; the engine's share of the cores is unchanged
 (its weight decides that, not its slice).
@@ -26,7 +26,8 @@ import platform
 import struct
 
 # Long against the default; the kernel's upper bound is 100 ms. 3, 20 and 100 ms were alike in
-# the twelfth round's A/B (all better than the default); 20 ms stays well inside the bound.
+# the twelfth round's A/B (docs/cpu-engine-history.md; all better than the default); 20 ms
+# stays well inside the bound.
 ENGINE_SLICE_NS = 20_000_000
 
 _SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}

@@ -328,7 +328,7 @@ class TritonPythonModel:
         # Responses leave from one thread of their own, in the order the engine made them.
         # Each send is a round trip to tritonserver through shared memory (about 0.5 ms on 2
         # busy cores; the backend lets go of the GIL meanwhile): at 16 requests, sent from the
-        # engine's thread, they took a third of every decode step (docs/cpu-engine.md).
+        # engine's thread, they took a third of every decode step (docs/cpu-engine-history.md).
         self._responses = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-sender")
         self._engine.start()
         pb_utils.Logger.log_info(
