@@ -172,10 +172,14 @@ def test_guided_rows_beside_a_free_row_each_keep_their_own_rule(
         ),
         "free": run(engine, make_sink(), prompt, max_tokens=24),
     }
-    texts = {name: str(tokenizer.decode(sink.wait().tokens)) for name, sink in sinks.items()}
+    # The end token that ended an answer comes last (with its log-prob); the text is before it.
+    texts = {
+        name: str(tokenizer.decode([t for t in sink.wait().tokens if t != EOS]))
+        for name, sink in sinks.items()
+    }
     for name in ("schema", "sampled", "regex", "choice"):
         assert sinks[name].finish is EngineFinish.STOP, (name, texts[name])
-        assert EOS not in sinks[name].tokens
+        assert sinks[name].tokens[-1] == EOS and EOS not in sinks[name].tokens[:-1]
     for name in ("schema", "sampled"):
         value = json.loads(texts[name])
         assert set(value) == {"name", "age", "address"} and isinstance(value["age"], int)
@@ -214,4 +218,5 @@ def test_min_tokens_cannot_push_an_answer_out_of_its_grammar(
     guide = compiler.compile("regex", "(yes|no)")
     sink = run(engine, make_sink(), prompt, min_tokens=10, guide=guide).wait()
     assert sink.finish is EngineFinish.STOP
-    assert tokenizer.decode(sink.tokens) in ("yes", "no")
+    assert sink.tokens[-1] == EOS  # sent with the answer, the grammar's one stop token
+    assert tokenizer.decode(sink.tokens[:-1]) in ("yes", "no")

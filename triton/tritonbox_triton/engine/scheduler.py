@@ -581,7 +581,8 @@ class InflightBatcher:
         finish: EngineFinish | None = None
         if choice.token == params.end_id:
             # The end token is sent too, with its log-prob (vLLM's and OpenAI's log-probs have
-            # its entry; an evaluation harness scores it); the api keeps it out of the text.
+            # its entry; an evaluation harness scores it); the api keeps it out of the text. A
+            # grammar's end without an end id (-1, sampling.py) is no token: not sent.
             finish = EngineFinish.STOP
         elif state.words.hits_stop_word(state.generated):
             finish = EngineFinish.STOP_WORD
@@ -590,7 +591,7 @@ class InflightBatcher:
         if finish is None and self._holds(run):
             run.held.append(choice)
             return False
-        sent, run.held = [*run.held, choice], []
+        sent, run.held = [*run.held, *([choice] if choice.token >= 0 else [])], []
         top = [(c.top_ids, c.top_logprobs) for c in sent] if params.num_top_logprobs else []
         sink.on_tokens([c.token for c in sent], [c.logprob for c in sent], finish, top)
         if finish is not None:
