@@ -74,7 +74,7 @@ def test_the_end_token_entry_on_chat_and_streamed(
     chat = dict(model=model, messages=messages, max_tokens=40, temperature=0, logprobs=True)
     whole = client.chat.completions.create(**chat)
     assert whole.choices[0].finish_reason == "stop"  # the premise: it ends by itself
-    content = whole.choices[0].logprobs.content  # type: ignore[union-attr]
+    content = whole.choices[0].logprobs.content
     assert content is not None and content[-1].token == end and content[-1].logprob < 0
     text = whole.choices[0].message.content or ""
     assert end not in text and "".join(entry.token for entry in content[:-1]) == text
