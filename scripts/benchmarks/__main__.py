@@ -36,6 +36,11 @@ BENCHMARKS = {
         "the cpu engine's tokens/s against transformers generate() (default model)",
         "benchmark-cpu-engine.md",
     ),
+    "families": (
+        "families",
+        "the cpu engine's step on each model family, against SmolLM2's bytes per step",
+        "benchmark-families.md",
+    ),
     "vllm-cpu": (
         "vllm_cpu",
         "the cpu engine against vLLM's CPU build, through the api and Triton (default model)",

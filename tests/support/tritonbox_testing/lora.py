@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM
 from tritonbox_testing.reference import engine_model, greedy_ids
 
 from tritonbox_common.lora import read_peft_adapter, task_id, to_lora_tensors
@@ -26,7 +27,10 @@ def load_base(model_dir: Path) -> Any:
 def make_adapter(model_dir: Path, folder: Path, seed: int, **options: Any) -> Path:
     """A peft adapter with A and B both random: peft's default B = 0 would change nothing."""
     torch.manual_seed(seed)
-    peft_model = get_peft_model(load_base(model_dir), LoraConfig(**options))
+    # The stock model: any of its linear layers may be targeted (the engine's float32 head is
+    # not an nn.Linear); the adapter's own weights are random either way.
+    stock = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    peft_model = get_peft_model(stock, LoraConfig(**options))
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_" in name:

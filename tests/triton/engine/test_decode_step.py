@@ -28,7 +28,7 @@ def step(model: Any, request: pytest.FixtureRequest) -> DecodeStep:
         fused = load_fused_ops()
         assert fused is not None, "no fused ops on this machine: fused_ops.py's log says why"
         built = DecodeStep(model, fused)
-        assert built._fused is fused
+        assert built.fused is fused
         return built
     return DecodeStep(model)
 
@@ -137,7 +137,7 @@ def test_a_twin_prefill_is_the_forwards_where_exact_for_says_so(
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        _check_prefills_against_the_forward(model, DecodeStep(model, step._fused))
+        _check_prefills_against_the_forward(model, DecodeStep(model, step.fused))
     finally:
         torch.set_num_threads(before)
 

@@ -45,20 +45,20 @@ def test_the_stages_give_pytorchs_bits_for_the_model(model: Any) -> None:
     ops = fused_ops.load()
     assert ops is not None
     step = DecodeStep(model, ops)
-    assert step._fused is ops
+    assert step.fused is ops
     # Wide and tiny magnitudes, one row and a prefill's worth of them.
     generator = torch.Generator().manual_seed(3)
     for rows, scale in ((1, 1.0), (16, 300.0), (624, 1e-3)):
         hidden = (torch.randn(rows, 576, generator=generator) * scale).bfloat16()
         delta = torch.randn(rows, 576, generator=generator).bfloat16()
         expected_hidden = hidden + delta
-        weight = step._layers[0].post_norm
+        weight = step.layers[0].post_norm
         normed = ops.add_rms_norm(hidden, delta, weight, step.eps)
         assert torch.equal(hidden, expected_hidden)
         assert torch.equal(normed, rms_norm(expected_hidden, weight, step.eps))
         qkv = torch.randn(rows, 960, generator=generator).bfloat16()
         positions = torch.randint(0, 2048, (rows,), generator=generator)
-        roped = ops.rope(qkv, 12, step._cos, step._sin, positions)
+        roped = ops.rope(qkv, 12, *step._tables[None], positions)
         cos, sin = step.rotary(positions)
         assert torch.equal(roped, rotary(qkv[:, :768].view(rows, 12, 64), cos, sin))
 
@@ -95,7 +95,7 @@ def test_a_silu_table_off_in_one_value_is_caught(model: Any) -> None:
     assert not other.silu_agrees(1536)
     assert ops.silu_agrees(1536)
     step = DecodeStep(model, other)  # the other stages still fused, SiLU·up as PyTorch's
-    assert step._fused is other and not step._fused_silu
+    assert step.fused is other and not step.fused_silu
     assert step.describe().endswith("SiLU·up as PyTorch's)")
 
 
@@ -105,6 +105,6 @@ def test_a_sum_in_another_order_is_caught(model: Any) -> None:
     assert ops is not None
     other = FusedOps(ops.library, next(lanes for lanes in LANES if lanes != ops.lanes))
     step = DecodeStep(model)
-    assert not other.agrees(step._norm, step.eps, step.heads, step.kv_heads,
-                            step._cos[:256], step._sin[:256])  # fmt: skip
-    assert DecodeStep(model, other)._fused is None
+    assert not other.agrees(step.final_norm, step.eps, step.heads, step.kv_heads,
+                            step._tables[None][0][:256], step._tables[None][1][:256])  # fmt: skip
+    assert DecodeStep(model, other).fused is None

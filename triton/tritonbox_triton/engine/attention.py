@@ -25,8 +25,8 @@ are the machine's; where no block holds, attention runs in float64, where the or
 far below the rounding that follows (0.4 ms a layer for 16 rows of 200 columns on 2 cores,
 against 0.3 ms fused).
 
-A prompt's prefill (several queries) is causal and unpadded, or right-padded, which causality
-already hides from every real query.
+A prompt's prefill is causal, unpadded or right-padded (which causality hides). Sliding windows
+and soft-capped scores are windowed.py's.
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, AutoModelForCausalLM, PreTrainedModel
+from transformers import AttentionInterface, PreTrainedModel
+from transformers import AutoModelForCausalLM as Auto
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from . import fused_ops
+from . import fused_ops, windowed
 from .attention_kernel import AttentionKernel, DecodeRows, attention_kernel
 from .float_logits import Float32Logits
 
@@ -190,12 +191,15 @@ def engine_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention interface over the functions above: the model's forward (the
-    tests' `generate()` reference, adapter batches) computes what the engine's step does."""
+    """transformers' attention interface over the functions above: the model's forward (adapter
+    batches, the tests' reference) computes what the engine's step does."""
     batch, heads, queries, dim = query.shape
     kv_heads, columns = key.shape[1], key.shape[2]
     scale = dim**-0.5 if scaling is None else scaling
     kernel = getattr(module, KERNEL, None)
+    window, softcap = kwargs.get("sliding_window"), kwargs.get("softcap")
+    if windowed.needs_explicit(window, columns, softcap):
+        return windowed.forward(query, key, value, attention_mask, scale, window, softcap), None
     if queries > 1:
         if attention_mask is not None:
             raise ValueError("a prompt is prefilled unpadded or right-padded, without a mask")
@@ -227,13 +231,9 @@ def load_model(
     """The checkpoint as the engine runs it: `dtype` weights, this attention (with the compiled
     attention built into `kernel_dir` where it checks out, fused_build.py), float32 logits
     (float_logits.py), eval mode."""
-    model = AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=dtype, attn_implementation=ATTENTION
-    )
-    model.eval()
-    config = model.config
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    model = Auto.from_pretrained(model_dir, dtype=dtype, attn_implementation=ATTENTION).eval()
+    heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
+    dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // heads
     ops = fused_ops.load(kernel_dir)
     kernel = attention_kernel(ops, dtype, kv_heads, heads // kv_heads, dim)
     model.lm_head = Float32Logits(model.lm_head, None if ops is None else ops.library)

@@ -14,44 +14,54 @@ Linear = Callable[[torch.Tensor], torch.Tensor]
 TRIES = 6  # inputs `PackedLayer.agrees_with_plain` tries per row count
 
 
-def _base_weight(module: Any) -> torch.Tensor:
-    """A projection's base weight (a LoRA wrapper keeps it as `.base`: lora_layers.py)."""
-    weight: torch.Tensor = getattr(module, "base", module).weight
-    return weight
+def _base(module: Any) -> Any:
+    """A projection's own linear layer (a LoRA wrapper keeps it as `.base`: lora_layers.py)."""
+    return getattr(module, "base", module)
 
 
-def packed_linear(weight: torch.Tensor) -> Linear:
-    """`x ↦ F.linear(x, weight)` with the weight reordered once (bfloat16), else `F.linear`."""
+def packed_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+    """`x ↦ F.linear(x, weight, bias)` with the weight reordered once (bfloat16), else
+    `F.linear`."""
     if weight.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
-        return lambda x: F.linear(x, weight)
+        return lambda x: F.linear(x, weight, bias)
     packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
     pointwise = torch.ops.mkldnn._linear_pointwise
+    bias = None if bias is None else bias.detach()
 
     def linear(x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = pointwise(x, packed, None, "none", [], "")
+        out: torch.Tensor = pointwise(x, packed, bias, "none", [], "")
         return out
 
     return linear
 
 
+def _weight(layer: Any, name: str) -> torch.Tensor | None:
+    """A norm's weight, or None where the layer has no such norm."""
+    norm = getattr(layer, name, None)
+    return None if norm is None else norm.weight
+
+
 class PackedLayer:
     """One decoder layer's weights. q, k and v are one product, and so are gate and up: each
     output column is the same dot product however many columns share the call (checked bit for
-    bit), and a step makes three fewer calls per layer."""
+    bit), and a step makes three fewer calls per layer. Norms a family lacks are None
+    (family.py): q/k norms (Qwen3, Gemma 3), the norms around Gemma's MLP."""
 
     def __init__(self, layer: Any) -> None:
         attention, mlp = layer.self_attn, layer.mlp
         self.input_norm: torch.Tensor = layer.input_layernorm.weight
         self.post_norm: torch.Tensor = layer.post_attention_layernorm.weight
-        qkv = [_base_weight(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")]
-        gate_up = [_base_weight(mlp.gate_proj), _base_weight(mlp.up_proj)]
-        self.plain = [qkv, [_base_weight(attention.o_proj)], gate_up, [_base_weight(mlp.down_proj)]]
+        self.pre_mlp_norm = _weight(layer, "pre_feedforward_layernorm")
+        self.post_mlp_norm = _weight(layer, "post_feedforward_layernorm")
+        self.q_norm, self.k_norm = _weight(attention, "q_norm"), _weight(attention, "k_norm")
+        qkv = [_base(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")]
+        gate_up = [_base(mlp.gate_proj), _base(mlp.up_proj)]
+        self.plain = [qkv, [_base(attention.o_proj)], gate_up, [_base(mlp.down_proj)]]
         self.qkv, self.o, self.gate_up, self.down = (  # one weight is packed as it is, not copied
-            packed_linear(torch.cat(weights) if len(weights) > 1 else weights[0])
-            for weights in self.plain
+            packed_linear(*_joined(linears)) for linears in self.plain
         )
-        self.qk_width = qkv[0].shape[0] + qkv[1].shape[0]
-        self.intermediate = gate_up[0].shape[0]  # gate_up's output: gate, then up
+        self.qk_width = qkv[0].weight.shape[0] + qkv[1].weight.shape[0]
+        self.intermediate = gate_up[0].weight.shape[0]  # gate_up's output: gate, then up
         self.scaling = float(attention.scaling)
 
     def agrees_with_plain(self, rows: int, copies: int = 1) -> bool:
@@ -65,12 +75,30 @@ class PackedLayer:
             generator = torch.Generator().manual_seed(rows * TRIES + attempt)
             products = (self.qkv, self.o, self.gate_up, self.down)
             for packed, plain in zip(products, self.plain, strict=True):
-                x = torch.randn(rows, plain[0].shape[1], generator=generator)
+                x = torch.randn(rows, plain[0].weight.shape[1], generator=generator)
                 if attempt % 2:
                     x = x * torch.exp2(torch.randint(-8, 9, x.shape, generator=generator).float())
-                x = x.to(plain[0].dtype)
+                x = x.to(plain[0].weight.dtype)
                 copied = torch.cat([x] * copies)
-                expected = torch.cat([F.linear(copied, w) for w in plain], dim=-1)[:rows]
+                expected = torch.cat(
+                    [F.linear(copied, linear.weight, linear.bias) for linear in plain], dim=-1
+                )[:rows]
                 if not torch.equal(packed(x), expected):
                     return False
         return True
+
+
+def _joined(linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights of linear layers that read the same input, as one (and their biases, where
+    any has one: Qwen2's q, k and v)."""
+    weights = [linear.weight for linear in linears]
+    weight = torch.cat(weights) if len(weights) > 1 else weights[0]
+    if all(linear.bias is None for linear in linears):
+        return weight, None
+    biases = [
+        torch.zeros(linear.weight.shape[0], dtype=weight.dtype)
+        if linear.bias is None
+        else linear.bias
+        for linear in linears
+    ]
+    return weight, torch.cat(biases)

@@ -34,7 +34,8 @@ from . import prefill, prompt_logprobs
 from .admission import BurstWindow, first_pass
 from .attention import padding_block
 from .batch_choice import choose_tokens
-from .decode_step import DecodeStep, unsupported
+from .decode_step import DecodeStep
+from .family import unsupported
 from .fused_ops import load as load_fused_ops
 from .heap import release_free_memory
 from .kv_batch import BatchedKVCache, Layers, prefilled_layers
@@ -135,7 +136,8 @@ class _Running:
 # and sent with the next one. Every response costs ~0.8 ms of CPU on its way to the client (the
 # sending thread, tritonserver, the api or the postprocessing stub, the client itself); at 16
 # streams that was a fifth of the two cores, taken from the engine's steps (docs/cpu-engine.md,
-# ninth round). Below it every token leaves as it is made.
+# "The loop"; the ninth round in docs/cpu-engine-history.md). Below it every token leaves as
+# it is made.
 PAIRS_FROM = 8
 
 
@@ -164,7 +166,12 @@ class InflightBatcher:
         # kernel_dir: where fused_ops.py's library is built (None: the user's cache).
         self._fast_step = DecodeStep(model, load_fused_ops(kernel_dir)) if reason is None else None
         if reason is not None:
-            log.warning("decoding with the model's forward: %s", reason)
+            log.warning(
+                "decoding with the model's own forward, not the written-out step: %s. It "
+                "serves the same answers at about half the written-out step's speed or less "
+                "(docs/cpu-engine.md, model families)",
+                reason,
+            )
         # Set before every forward pass: which adapter each row uses (attach_lora's layers).
         self._lora_rows = lora_rows
         self._decode = decode

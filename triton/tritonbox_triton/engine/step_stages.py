@@ -1,0 +1,201 @@
+"""The stages of a layer between its products, for the written-out step (decode_step.py): the
+norms, the MLP's activation, RoPE (from tables made once) with the q/k norms before it, and the
+cache writes, each as the model's family computes it (family.py), and as one compiled pass
+where fused_ops.py's kernels apply (Llama's arithmetic in bfloat16) and check out bit for bit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from . import family as families
+from .fused_ops import FusedOps, rms_norm, rotary, swiglu
+from .packed_layer import PackedLayer
+
+log = logging.getLogger(__name__)
+# (qkv, a layer's keys, its values, the layer's index) -> the rows' queries [rows, heads, dim]
+RowWriter = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+
+def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' Gemma RMSNorm, operation for operation: `x · (1 + w)` in float32."""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * (1.0 + weight.float())).type_as(x)
+
+
+class Stages:
+    """A model's layer stages over its prepacked layers (`layers`)."""
+
+    def __init__(self, model: Any, fused: FusedOps | None) -> None:
+        config = model.config
+        self.family = families.of(model)
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = float(config.rms_norm_eps)
+        decoder = model.model
+        self.layers = [PackedLayer(layer) for layer in decoder.layers]
+        self.embedding = decoder.embed_tokens  # Gemma's scales what it looks up
+        self._embed = decoder.embed_tokens.weight
+        self.final_norm = decoder.norm.weight
+        self._rotary_emb = decoder.rotary_emb
+        self._tables: dict[str | None, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._rope_table(config.max_position_embeddings)
+        llama = self.family.llama_shaped
+        self.fused = fused if fused is not None and llama and self._fused_agrees(fused) else None
+        self.fused_silu = self.fused is not None and self._silu_agrees(self.fused)
+
+    def _fused_agrees(self, fused: FusedOps) -> bool:
+        if self._embed.dtype != torch.bfloat16:
+            log.info("fused ops: bfloat16 only; the %s step runs PyTorch's operations",
+                     self._embed.dtype)  # fmt: skip
+            return False
+        cos, sin = self._tables[None]
+        norm, heads, kv_heads = self.final_norm, self.heads, self.kv_heads
+        if not fused.agrees(norm, self.eps, heads, kv_heads, cos[:256], sin[:256]):
+            log.warning("fused ops: not PyTorch's bits here; the step runs PyTorch's operations")
+            return False
+        return True
+
+    def _silu_agrees(self, fused: FusedOps) -> bool:
+        if not fused.silu_agrees(self.layers[0].intermediate):
+            log.warning("fused ops: SiLU·up not PyTorch's bits here; it runs PyTorch's")
+            return False
+        return True
+
+    def _rope_table(self, positions: int) -> None:
+        """RoPE's cos and sin at every position below `positions` (at least), for each of the
+        model's RoPE tables (Gemma 3 has one per layer type), from its own rotary embedding:
+        each value is one product and one cos or sin of it, the same whichever positions share
+        the call, and a lookup costs a step less than the call (tested bit for bit with the
+        step). Past the model's trained length a table doubles, as the call would have gone on."""
+        have = min((cos.shape[0] for cos, _ in self._tables.values()), default=0)
+        if positions <= have:
+            return
+        size = max(positions, 2 * have)
+        at = torch.arange(size)[None]
+        for kind in set(self.family.rope_types):
+            args = () if kind is None else (kind,)
+            cos, sin = self._rotary_emb(self._embed[:1], at, *args)
+            self._tables[kind] = cos[0].contiguous(), sin[0].contiguous()
+
+    def rotary(self, positions: torch.Tensor, kind: str | None = None) -> tuple[torch.Tensor, ...]:
+        """cos, sin [rows, 1, head_dim] at each row's position, as the model's forward has them."""
+        self._rope_table(int(positions.max()) + 1)
+        cos, sin = self._tables[kind]
+        return cos[positions, None, :], sin[positions, None, :]
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if self.family.gemma_norms:
+            return gemma_rms_norm(x, weight, self.eps)
+        return rms_norm(x, weight, self.eps)
+
+    def add_norm(self, hidden: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor,
+                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """The residual stream plus `delta` (unless None), and its norm by `weight` (fused:
+        into `out` when given, a buffer the step reuses once the norm's last reader is done)."""
+        if self.fused is not None:  # `hidden` added to in place: the caller's own tensor
+            return hidden, self.fused.add_rms_norm(hidden, delta, weight, self.eps, out)
+        if delta is not None:
+            hidden = hidden + delta
+        return hidden, self.norm(hidden, weight)
+
+    def after_attention(self, layer: PackedLayer, hidden: torch.Tensor, attended: torch.Tensor,
+                        next_norm: torch.Tensor, out: torch.Tensor | None = None,
+                        ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """The residual stream after a layer's attention output and MLP, and its norm for what
+        comes next (`next_norm`). Gemma norms the attention's and the MLP's outputs before
+        adding them, and the stream before its MLP with a norm of its own."""
+        if not self.family.gemma_norms:
+            hidden, x = self.add_norm(hidden, layer.o(attended), layer.post_norm, out)
+            return self.add_norm(hidden, layer.down(self.mlp(layer, x)), next_norm, out)
+        assert layer.pre_mlp_norm is not None and layer.post_mlp_norm is not None
+        hidden = hidden + self.norm(layer.o(attended), layer.post_norm)
+        x = self.norm(hidden, layer.pre_mlp_norm)
+        hidden = hidden + self.norm(layer.down(self.mlp(layer, x)), layer.post_mlp_norm)
+        return hidden, self.norm(hidden, next_norm)
+
+    def next_norms(self) -> list[torch.Tensor]:
+        """Each layer's input norm after the first, then the final norm: the norm that follows
+        each layer's residual stream."""
+        return [layer.input_norm for layer in self.layers[1:]] + [self.final_norm]
+
+    def mlp(self, layer: PackedLayer, x: torch.Tensor) -> torch.Tensor:
+        """The MLP's act(gate) · up, from one product of both (sliced: `chunk` costs more)."""
+        gate_up = layer.gate_up(x)
+        if self.fused_silu:
+            assert self.fused is not None
+            return self.fused.silu_mul(gate_up, layer.intermediate)
+        if self.family.activation == "silu":
+            return swiglu(gate_up, layer.intermediate)
+        gate, up = gate_up[..., : layer.intermediate], gate_up[..., layer.intermediate :]
+        return F.gelu(gate, approximate="tanh") * up
+
+    def qk_heads(self, qkv: torch.Tensor, layer: PackedLayer) -> torch.Tensor:
+        """q's and k's heads [..., heads + kv heads, dim] out of `qkv` [..., width], each normed
+        over its head where the family does (Qwen3, Gemma 3)."""
+        qk_heads, dim = self.heads + self.kv_heads, self.head_dim
+        qk = qkv[..., : qk_heads * dim].unflatten(-1, (qk_heads, dim))
+        if layer.q_norm is None or layer.k_norm is None:
+            return qk
+        queries, keys = qk[..., : self.heads, :], qk[..., self.heads :, :]
+        return torch.cat([self.norm(queries, layer.q_norm), self.norm(keys, layer.k_norm)], -2)
+
+    def row_writer(self, positions: torch.Tensor, keys: torch.Tensor) -> RowWriter:
+        """RoPE on a decode step's rows and their cache writes, per layer: (qkv, the layer's
+        keys, its values, its index) ↦ the rows' queries. One pass where fused, else PyTorch's
+        operations."""
+        rows, heads, kv_heads, dim = positions.shape[0], self.heads, self.kv_heads, self.head_dim
+        fused = self.fused
+        if fused is not None:
+            positions = positions.contiguous()
+            cos, sin = self._tables[None]
+            # One buffer for every layer's queries: each layer's attention has read its own
+            # before the next layer's RoPE writes.
+            roped = torch.empty(rows, heads + kv_heads, dim, dtype=self._embed.dtype)
+
+            def write_fused(qkv: torch.Tensor, layer_keys: torch.Tensor,
+                            layer_values: torch.Tensor, index: int) -> torch.Tensor:  # fmt: skip
+                qk = fused.rope(qkv, heads + kv_heads, cos, sin, positions,
+                                (layer_keys, layer_values), roped)  # fmt: skip
+                return qk[:, :heads]
+
+            return write_fused
+        # Where each row's new key and value go in a layer's buffer, viewed as [cells, dim]:
+        # one index_copy_ each, cheaper than indexing rows and columns at once.
+        heads_index = torch.arange(kv_heads)[None, :]
+        rows_index = torch.arange(rows)[:, None]
+        cells = (rows_index * kv_heads + heads_index) * keys.shape[3] + positions[:, None]
+        cells = cells.reshape(-1)
+        tables = {kind: self.rotary(positions, kind) for kind in set(self.family.rope_types)}
+
+        def write(qkv: torch.Tensor, layer_keys: torch.Tensor, layer_values: torch.Tensor,
+                  index: int) -> torch.Tensor:  # fmt: skip
+            layer = self.layers[index]
+            # RoPE on the queries and keys at once: the same elementwise products.
+            qk = rotary(self.qk_heads(qkv, layer), *tables[self.family.rope_types[index]])
+            value = qkv[:, (heads + kv_heads) * dim :].reshape(-1, dim)
+            layer_keys.view(-1, dim).index_copy_(0, cells, qk[:, heads:].reshape(-1, dim))
+            layer_values.view(-1, dim).index_copy_(0, cells, value)
+            return qk[:, :heads]
+
+        return write
+
+    def prefill_rope(self, qkv: torch.Tensor, rows: int, length: int, index: int) -> torch.Tensor:
+        """RoPE on a prefill's queries and keys: [rows, length, heads + kv heads, dim]."""
+        qk_heads, dim = self.heads + self.kv_heads, self.head_dim
+        if self.fused is not None:
+            positions = torch.arange(length).repeat(rows)
+            flat = qkv.view(rows * length, -1)
+            cos, sin = self._tables[None]
+            qk = self.fused.rope(flat, qk_heads, cos, sin, positions)
+            return qk.view(rows, length, qk_heads, dim)
+        cos, sin = self._tables[self.family.rope_types[index]]
+        qk = self.qk_heads(qkv.view(rows, length, -1), self.layers[index])
+        return rotary(qk, cos[None, :length, None, :], sin[None, :length, None, :])
