@@ -16,13 +16,24 @@ class BodyLimitMiddleware:
     server delivers exactly that many bytes, so the declared size is the one to check.
     """
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_bytes: int, paths: dict[str, tuple[int, str]] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.setting = "MAX_BODY_BYTES"
+        # Paths with a limit of their own: path -> (bytes, the setting that names it).
+        self.paths = paths or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        own = self.paths.get(scope["path"])
+        if own is not None:
+            bounded = BodyLimitMiddleware(self.app, max_bytes=own[0])
+            bounded.setting = own[1]
+            await bounded(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
@@ -61,7 +72,7 @@ class BodyLimitMiddleware:
             {
                 "error": {
                     "message": f"body: larger than the limit of {self.max_bytes} bytes "
-                    "(MAX_BODY_BYTES)",
+                    f"({self.setting})",
                     "type": "invalid_request_error",
                     "param": "body",
                     "code": None,

@@ -10,7 +10,9 @@ from fastapi import Depends, Request
 from tritonbox_api.db.session import Database
 from tritonbox_api.keys import ApiKey, KeyRing, Role
 from tritonbox_api.protocol.errors import ApiError
+from tritonbox_api.service import batch_context
 from tritonbox_api.service.adapters import AdapterService
+from tritonbox_api.service.batch_runner import BatchRunner
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.settings import ApiSettings
@@ -26,6 +28,7 @@ class Services:
     predictions: PredictionService
     adapters: AdapterService  # the registered LoRA adapters
     keys: KeyRing  # who may call what (API_KEY, API_KEYS, API_KEYS_FILE)
+    batches: BatchRunner | None = None  # runs batch lines (Batch API); set once started
 
 
 # The dependencies are `async def` though they never wait: FastAPI runs a plain `def` dependency
@@ -47,6 +50,10 @@ def _authorization(request: Request) -> str | None:
 async def require_api_key(request: Request, services: ServicesDep) -> None:
     """With keys set, every guarded route needs `Authorization: Bearer <a key>`: any role may
     use. The key's name is left on the request for the prediction's row and the metrics."""
+    line = batch_context.current()
+    if line is not None:  # a batch line the api runs itself: its batch's key (checked at create)
+        request.state.api_key = line.key
+        return
     if services.keys.open:
         return
     given = _authorization(request)

@@ -20,6 +20,8 @@ from tritonbox_api.keys import KeyRing
 from tritonbox_api.processes import per_worker_limit, worker_exited
 from tritonbox_api.routes import (
     adapters,
+    batches,
+    files,
     health,
     limits,
     openai,
@@ -30,6 +32,7 @@ from tritonbox_api.routes import (
 from tritonbox_api.routes import responses as openapi_responses
 from tritonbox_api.security_headers import SecurityHeadersMiddleware
 from tritonbox_api.service.adapters import AdapterService
+from tritonbox_api.service.batch_runner import BatchRunner
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.settings import ApiSettings
@@ -81,11 +84,22 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             keys=KeyRing(settings.keys()),
         )
         app.state.services = services
+        # Batch lines run through this app, beside live requests (docs/batches.md).
+        services.batches = BatchRunner(
+            app=app,
+            database=database,
+            predictions=prediction_service,
+            worker=presence.id,
+            capacity=per_worker_limit(settings, settings.batch_concurrent_requests),
+        )
+        services.batches.start()
         try:
             yield
         finally:
             warm_up.cancel()
             configured.cancel()
+            # First: the lines it stops go back to pending, not to their output as cancelled.
+            await services.batches.stop()
             await services.predictions.cancel_all()
             await presence.stop()
             await gateway.stop()
@@ -100,9 +114,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(HeadMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # An upload's limit is MAX_BATCH_FILE_BYTES (routes/files.py), not MAX_BODY_BYTES.
+    upload = (settings.max_batch_file_bytes + files.FORM_SLACK_BYTES, "MAX_BATCH_FILE_BYTES")
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, paths={"/v1/files": upload}
+    )
     app.add_middleware(SecurityHeadersMiddleware)
-    for module in (health, predict, predictions, limits, openai, adapters, permalink):
+    for module in (health, predict, predictions, limits, openai, adapters, files, batches,
+                   permalink):  # fmt: skip
         app.include_router(module.router)
     openapi_responses.install(app)
     return app

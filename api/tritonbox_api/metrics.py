@@ -55,3 +55,14 @@ def observe(prediction: Prediction) -> None:
         TIME_PER_OUTPUT_TOKEN.observe(prediction.time_per_output_token_s)
     if prediction.total_time_s is not None:
         E2E_LATENCY.observe(prediction.total_time_s)
+
+
+# Batch API (service/batch_runner.py): every line ends once with one outcome (completed: in the
+# output file; failed, expired, cancelled: in the error file).
+BATCH_LINES = Counter("tritonbox_batch_lines", "Batch lines by how they ended.", ["outcome"])
+# The database's count (every worker reads the same): the highest of the live workers' reads.
+BATCH_LINES_WAITING = Gauge(
+    "tritonbox_batch_lines_waiting",
+    "Batch lines not yet begun, over every open batch.",
+    multiprocess_mode="livemax",
+)

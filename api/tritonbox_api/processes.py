@@ -30,10 +30,12 @@ def worker_count(settings: ApiSettings) -> int:
     return max(1, min(AUTO_MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
-def per_worker_limit(settings: ApiSettings) -> int:
-    """Each worker's share of MAX_CONCURRENT_REQUESTS, so that together they admit as many as
-    one process would (a worker refuses with 429 once its share runs; rounded up)."""
-    return math.ceil(settings.max_concurrent_requests / worker_count(settings))
+def per_worker_limit(settings: ApiSettings, total: int | None = None) -> int:
+    """Each worker's share of MAX_CONCURRENT_REQUESTS (or of `total`), so that together they
+    admit as many as one process would (a worker refuses with 429 once its share runs; rounded
+    up)."""
+    limit = settings.max_concurrent_requests if total is None else total
+    return math.ceil(limit / worker_count(settings))
 
 
 def prepare_multiprocess_metrics() -> Path:

@@ -106,6 +106,26 @@ class ApiSettings(BaseSettings):
     max_body_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body the api accepts (bytes)."
     )
+    max_batch_file_bytes: int = Field(
+        default=104_857_600,
+        ge=1,
+        description="Largest batch input file accepted by POST /v1/files (bytes); larger: 413. "
+        "Files are kept in the database (docs/batches.md).",
+    )
+    max_batch_lines: int = Field(
+        default=50_000,
+        ge=1,
+        description="Most lines in a batch input file; more: 413 at upload and at create.",
+    )
+    batch_concurrent_requests: int = Field(
+        default=16,
+        ge=1,
+        le=4096,
+        description="Engine requests batch lines may run at once (a line of `n` choices takes "
+        "n), shared with live requests: a line starts only while live and batch requests "
+        "together are fewer; live requests keep all MAX_CONCURRENT_REQUESTS (docs/batches.md). "
+        "With API_WORKERS > 1, the workers share it.",
+    )
     max_beam_width: int = Field(
         default=1,
         ge=1,

@@ -63,6 +63,8 @@ class NewPrediction(TypedDict):
     adapter_name: NotRequired[str | None]
     adapter_sha256: NotRequired[str | None]
     api_key_name: NotRequired[str | None]
+    batch_id: NotRequired[str | None]
+    custom_id: NotRequired[str | None]
 
 
 class Ending(TypedDict):

@@ -90,6 +90,9 @@ class Prediction(SQLModel, table=True):
     choices: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
     # The name of the API key it came with (API_KEYS; `default`: API_KEY); None: no key is set.
     api_key_name: str | None = Field(default=None, max_length=64)
+    # A batch line's answer (Batch API): the batch's id and the line's custom_id; else None.
+    batch_id: str | None = Field(default=None, index=True, max_length=64)
+    custom_id: str | None = None
 
 
 class Adapter(SQLModel, table=True):

@@ -25,6 +25,7 @@ from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlmodel import Session
 
 from tritonbox_api.db import dialects, migrate
+from tritonbox_api.db.batches import Batch, BatchFile, BatchLine  # noqa: F401  (the tables)
 from tritonbox_api.db.models import Adapter, ApiWorker, Prediction  # noqa: F401  (the tables)
 
 log = logging.getLogger(__name__)

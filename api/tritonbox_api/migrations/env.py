@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import Connection, create_engine
 from sqlmodel import SQLModel
 
-from tritonbox_api.db import models  # noqa: F401  (the tables, for autogenerate's comparison)
+from tritonbox_api.db import batches, models  # noqa: F401  (the tables, for autogenerate)
 
 
 def run() -> None:

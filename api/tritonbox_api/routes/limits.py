@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from tritonbox_api.deps import Guarded, ServicesDep
+from tritonbox_api.protocol.batches import MAX_WINDOW_TEXT
 from tritonbox_api.protocol.errors import unavailable
 from tritonbox_api.routes.responses import GUARDED, errors
 from tritonbox_api.triton_gateway import TritonUnavailableError
@@ -26,6 +27,15 @@ class Limits(BaseModel):
         description="Longest stop word or bad word, in the engine's tokens (each spelling: "
         "as given, and with a leading space added or removed)."
     )
+    max_batch_file_bytes: int = Field(
+        description="Largest batch input file, in bytes (MAX_BATCH_FILE_BYTES)."
+    )
+    max_batch_lines: int = Field(description="Most lines in a batch input file (MAX_BATCH_LINES).")
+    batch_concurrent_requests: int = Field(
+        description="Engine requests batch lines run at once, live requests included in the "
+        "count (BATCH_CONCURRENT_REQUESTS; with API_WORKERS > 1, the workers' total)."
+    )
+    max_completion_window: str = Field(description="Longest batch completion_window.")
 
 
 @router.get("/limits", response_model=Limits, responses=errors(503))
@@ -43,4 +53,8 @@ async def limits(services: ServicesDep) -> Limits:
         max_words=p.MAX_WORDS,
         max_word_chars=p.MAX_WORD_CHARS,
         max_word_tokens=p.MAX_WORD_TOKENS,
+        max_batch_file_bytes=services.settings.max_batch_file_bytes,
+        max_batch_lines=services.settings.max_batch_lines,
+        batch_concurrent_requests=services.settings.batch_concurrent_requests,
+        max_completion_window=MAX_WINDOW_TEXT,
     )

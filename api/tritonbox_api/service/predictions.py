@@ -30,6 +30,7 @@ from tritonbox_api.db.group_commit import PredictionWrites
 from tritonbox_api.db.models import FinishReason, Prediction, Source, Status, utc_now
 from tritonbox_api.db.session import Database
 from tritonbox_api.protocol.errors import ApiError
+from tritonbox_api.service import batch_context
 from tritonbox_api.service.adapters import NOT_IN_CACHE
 from tritonbox_api.service.outcome import completed_in_memory
 from tritonbox_api.service.prepare import PreparedGeneration
@@ -134,6 +135,14 @@ class PredictionService:
         # Concurrency slots taken: one per engine request, so a prediction of `n` choices takes
         # `n` (it is `n` requests in the engine's batch and queue).
         self._slots = 0
+        # Batch lines running: their slots are the batch runner's (BATCH_MAX_RUNNING_LINES),
+        # not the live requests' (service/batch_context.py).
+        self._batch_lines: set[str] = set()
+
+    @property
+    def live_slots(self) -> int:
+        """Slots live requests hold now (batch lines' are not among them)."""
+        return self._slots
 
     @property
     def running_ids(self) -> list[str]:
@@ -156,7 +165,8 @@ class PredictionService:
         side by side under this one prediction. Alone, a prediction runs whatever its `n`
         (never more than the routes' limit on `n`): else it could never run at all."""
         slots = 1 + len(extra or ())
-        if self._slots and self._slots + slots > self._max_concurrent:
+        line = batch_context.current()
+        if line is None and self._slots and self._slots + slots > self._max_concurrent:
             metrics.REJECTED.labels("overloaded").inc()
             free = max(self._max_concurrent - self._slots, 0)
             raise ApiError(
@@ -179,11 +189,16 @@ class PredictionService:
             adapter_name=prepared.adapter.name if prepared.adapter else None,
             adapter_sha256=prepared.adapter.sha256 if prepared.adapter else None,
             api_key_name=key_name,
+            batch_id=line.batch_id if line else None,
+            custom_id=line.custom_id if line else None,
         )
         running = RunningPrediction(id=record.id, prepared=prepared, extra=extra or [])
         # The slot and the gauge are taken here and given back once, by the producer.
         self._running[record.id] = running
-        self._slots += slots
+        if line is None:
+            self._slots += slots
+        else:
+            self._batch_lines.add(record.id)
         metrics.IN_FLIGHT.inc()
         running.producer = asyncio.create_task(self._produce(running, record, tokenizer))
         return running
@@ -216,6 +231,8 @@ class PredictionService:
             adapter_name=record.adapter_name,
             adapter_sha256=record.adapter_sha256,
             api_key_name=record.api_key_name,
+            batch_id=record.batch_id,
+            custom_id=record.custom_id,
         )
         # Not awaited before generating: the insert overlaps the engine's prefill.
         return asyncio.create_task(insert)
@@ -255,7 +272,10 @@ class PredictionService:
                 values = self._values(record, outcome, progress, time.perf_counter() - started)
                 final = completed_in_memory(record, values)
             if self._running.pop(running.id, None) is not None:
-                self._slots -= 1 + len(running.extra)
+                if running.id in self._batch_lines:
+                    self._batch_lines.discard(running.id)
+                else:
+                    self._slots -= 1 + len(running.extra)
             metrics.IN_FLIGHT.dec()
             metrics.observe(final)
             running.end(Ended(final, outcome.retryable))

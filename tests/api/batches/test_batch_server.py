@@ -1,0 +1,210 @@
+"""The Batch API on the real api process in front of the real tritonserver (its synthetic
+engine: the ensemble's tensors, tokens at a fixed pace, no model's CPU): the `openai` SDK's own
+flow, unmodified; the size limits' 413s; an api killed mid-batch and started again, every line
+ending exactly once; and two api processes on one PostgreSQL database sharing a batch's lines."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from sqlalchemy import create_engine, text
+from tritonbox_testing.api_process import RunningApi, launch_api
+from tritonbox_testing.postgres import RunningPostgres
+
+MODEL = "SmolLM2-135M-Instruct"  # the session's default model (the synthetic engine's name)
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+
+
+@pytest.fixture(scope="module")
+def synthetic_triton(triton_launcher: Callable[..., Any]) -> Iterator[Any]:
+    with triton_launcher(engine="synthetic", synthetic_token_interval_s=0.02) as running:
+        yield running
+
+
+@pytest.fixture
+def start_api(synthetic_triton: Any, tmp_path: Path) -> Iterator[Callable[..., RunningApi]]:
+    started: list[RunningApi] = []
+
+    def start(**settings: str) -> RunningApi:
+        running = launch_api(synthetic_triton, tmp_path / f"api{len(started)}", **settings)
+        started.append(running)
+        running.wait_ready()
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+def sdk(api: RunningApi) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{api.url}/v1", api_key="unused", max_retries=0)
+
+
+def chat(custom_id: str, max_tokens: int = 4, **extra: Any) -> dict[str, Any]:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": f"Say {custom_id}."}]}
+    body |= {"max_tokens": max_tokens, **extra}
+    return {"custom_id": custom_id, "method": "POST", "url": CHAT, "body": body}
+
+
+def jsonl(lines: list[Any]) -> bytes:
+    return "".join(json.dumps(each) + "\n" for each in lines).encode()
+
+
+def wait_ended(client: openai.OpenAI, batch_id: str, timeout_s: float = 120) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in ("completed", "failed", "expired", "cancelled"):
+            return batch
+        time.sleep(0.2)
+    raise AssertionError(f"batch {batch_id} did not end: {batch}")
+
+
+def lines_of(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
+    if file_id is None:
+        return []
+    return [json.loads(x) for x in client.files.content(file_id).text.splitlines()]
+
+
+def rows(url: str, query: str) -> list[dict[str, Any]]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [dict(row._mapping) for row in connection.execute(text(query))]
+    finally:
+        engine.dispose()
+
+
+def test_the_openai_sdk_runs_a_batch(start_api: Callable[..., RunningApi]) -> None:
+    api = start_api()
+    client = sdk(api)
+    lines = [chat(f"c{i}", seed=i, temperature=0.5) for i in range(5)]
+    lines.append(
+        {
+            "custom_id": "t",
+            "method": "POST",
+            "url": COMPLETIONS,
+            "body": {"model": MODEL, "prompt": "Once", "max_tokens": 3, "n": 2},
+        }
+    )
+    lines.append(chat("bad", temperature=9))  # the route refuses it: that line's 400
+    uploaded = client.files.create(file=("in.jsonl", io.BytesIO(jsonl(lines))), purpose="batch")
+    assert uploaded.purpose == "batch" and uploaded.bytes == len(jsonl(lines))
+    assert client.files.retrieve(uploaded.id).filename == "in.jsonl"
+    batch = client.batches.create(
+        input_file_id=uploaded.id,
+        endpoint=CHAT,
+        completion_window="24h",
+        metadata={"job": "nightly"},
+    )
+    assert batch.status == "validating" and batch.metadata == {"job": "nightly"}
+    done = wait_ended(client, batch.id)
+    assert done.status == "completed", done
+    assert done.request_counts is not None
+    assert (done.request_counts.total, done.request_counts.completed) == (7, 6)
+    assert done.request_counts.failed == 1
+    assert done.in_progress_at and done.completed_at and done.expires_at
+    good = lines_of(client, done.output_file_id)
+    bad = lines_of(client, done.error_file_id)
+    assert sorted(x["custom_id"] for x in good) == ["c0", "c1", "c2", "c3", "c4", "t"]
+    (refused,) = bad
+    assert refused["custom_id"] == "bad" and refused["response"]["status_code"] == 400
+    assert refused["response"]["body"]["error"]["param"] == "temperature"
+    completion = next(x for x in good if x["custom_id"] == "t")["response"]["body"]
+    assert completion["object"] == "text_completion" and len(completion["choices"]) == 2
+    # Each answer's request_id is its prediction, with its permalink.
+    first = good[0]["response"]
+    prediction = httpx.get(f"{api.url}/v1/predictions/{first['request_id']}").json()
+    assert prediction["status"] == "succeeded"
+    assert httpx.get(f"{api.url}/p/{first['request_id']}").status_code == 200
+    assert [b.id for b in client.batches.list().data] == [batch.id]
+    listed = {f.id: f.purpose for f in client.files.list().data}
+    assert listed[uploaded.id] == "batch" and listed[done.output_file_id] == "batch_output"
+    assert client.files.delete(uploaded.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(uploaded.id)
+    metrics = httpx.get(f"{api.url}/metrics").text
+    assert 'tritonbox_batch_lines_total{outcome="completed"} 6.0' in metrics
+    assert "tritonbox_batch_lines_waiting 0.0" in metrics
+    limits = httpx.get(f"{api.url}/v1/limits").json()
+    assert limits["max_batch_lines"] == 50_000 and limits["max_batch_file_bytes"] > 0
+
+
+def test_the_batch_limits_answer_413_naming_them(start_api: Callable[..., RunningApi]) -> None:
+    api = start_api(max_batch_file_bytes="2000", max_batch_lines="3")
+    client = sdk(api)
+    with pytest.raises(openai.APIStatusError) as big:
+        client.files.create(file=("big.jsonl", io.BytesIO(b"x" * 2001)), purpose="batch")
+    assert big.value.status_code == 413 and "MAX_BATCH_FILE_BYTES" in big.value.message
+    huge = b"x" * 200_000  # over the form's allowance too: refused before it is read
+    with pytest.raises(openai.APIStatusError) as bigger:
+        client.files.create(file=("huge.jsonl", io.BytesIO(huge)), purpose="batch")
+    assert bigger.value.status_code == 413 and "MAX_BATCH_FILE_BYTES" in bigger.value.message
+    with pytest.raises(openai.APIStatusError) as many:
+        client.files.create(
+            file=("many.jsonl", io.BytesIO(jsonl([chat(f"{i}") for i in range(4)]))),
+            purpose="batch",
+        )
+    assert many.value.status_code == 413 and "MAX_BATCH_LINES" in many.value.message
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
+def test_a_restarted_api_resumes_and_every_line_ends_once(
+    start_api: Callable[..., RunningApi], sig: signal.Signals
+) -> None:
+    api = start_api(batch_concurrent_requests="4")
+    client = sdk(api)
+    count = 24
+    uploaded = client.files.create(
+        file=("in.jsonl", io.BytesIO(jsonl([chat(f"l{i}", 25) for i in range(count)]))),
+        purpose="batch",
+    )
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
+    url = f"sqlite:///{api.database_path}"
+    deadline = time.monotonic() + 60
+    while not rows(url, "SELECT id FROM prediction WHERE status = 'succeeded'"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    api.stop(sig)  # mid-batch: lines done, lines running, lines waiting
+    api.start()
+    done = wait_ended(client, batch.id)
+    assert done.status == "completed", done
+    every = lines_of(client, done.output_file_id) + lines_of(client, done.error_file_id)
+    assert sorted(x["custom_id"] for x in every) == sorted(f"l{i}" for i in range(count))
+    assert all(x["response"]["status_code"] == 200 for x in every)
+    # Every answer is a prediction that succeeded, one per line; the runs the stop interrupted
+    # were saved canceled (or failed, killed) and ran again.
+    found = rows(url, "SELECT id, status, custom_id FROM prediction")
+    succeeded = [r for r in found if r["status"] == "succeeded"]
+    assert sorted(r["custom_id"] for r in succeeded) == sorted(f"l{i}" for i in range(count))
+    assert {r["id"] for r in succeeded} == {x["response"]["request_id"] for x in every}
+
+
+def test_two_api_processes_share_a_batch_on_postgresql(
+    start_api: Callable[..., RunningApi], postgres_server: RunningPostgres
+) -> None:
+    url = postgres_server.create_database()
+    first = start_api(database_url=url, batch_concurrent_requests="3")
+    second = start_api(database_url=url, batch_concurrent_requests="3")
+    client = sdk(first)
+    count = 30
+    uploaded = client.files.create(
+        file=("in.jsonl", io.BytesIO(jsonl([chat(f"l{i}", 10) for i in range(count)]))),
+        purpose="batch",
+    )
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
+    done = wait_ended(sdk(second), batch.id)
+    assert done.status == "completed" and done.request_counts is not None
+    assert done.request_counts.completed == count
+    found = rows(url, "SELECT custom_id, owner FROM prediction WHERE batch_id IS NOT NULL")
+    assert sorted(r["custom_id"] for r in found) == sorted(f"l{i}" for i in range(count))
+    assert len({r["owner"] for r in found}) == 2  # both processes ran lines, none twice
