@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import exists, or_, update
+from sqlalchemy import ColumnElement, Exists, exists, or_, update
 from sqlmodel import Session, col, select
 
 from tritonbox_api.db.batch_files import make_file
@@ -23,14 +23,14 @@ FINALIZE_STALE = timedelta(seconds=60)
 _ENDING = (BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING, BatchStatus.FINALIZING)
 
 
-def _unfinished() -> object:
+def _unfinished() -> Exists:
     return exists().where(
         col(BatchLine.batch_id) == col(Batch.id),
         col(BatchLine.state).in_((LineState.PENDING, LineState.RUNNING)),
     )
 
 
-def _free(now: datetime) -> object:
+def _free(now: datetime) -> ColumnElement[bool]:
     return or_(col(Batch.finalizing_at).is_(None), col(Batch.finalizing_at) < now - FINALIZE_STALE)
 
 

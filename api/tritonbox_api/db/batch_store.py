@@ -169,7 +169,7 @@ def claim(session: Session, *, worker: str, limit: int, postgres: bool) -> list[
         .limit(limit)
     )
     if postgres:
-        query = query.with_for_update(skip_locked=True, of=BatchLine)  # type: ignore[arg-type]
+        query = query.with_for_update(skip_locked=True, of=BatchLine)
     ids = list(session.exec(query))
     if not ids:
         session.rollback()

@@ -11,6 +11,7 @@ reads the same bytes and a restart loses nothing.
 
 from __future__ import annotations
 
+import builtins
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -60,7 +61,7 @@ class BatchFile(SQLModel, table=True):
     bytes: int
     created_at: datetime = Field(default_factory=utc_now, index=True)
     api_key_name: str | None = Field(default=None, max_length=64)
-    content: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    content: builtins.bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
 class Batch(SQLModel, table=True):

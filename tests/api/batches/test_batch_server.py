@@ -11,7 +11,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import openai
@@ -21,7 +21,8 @@ from tritonbox_testing.api_process import RunningApi, launch_api
 from tritonbox_testing.postgres import RunningPostgres
 
 MODEL = "SmolLM2-135M-Instruct"  # the session's default model (the synthetic engine's name)
-CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+CHAT: Final = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,10 @@ def sdk(api: RunningApi) -> openai.OpenAI:
 
 
 def chat(custom_id: str, max_tokens: int = 4, **extra: Any) -> dict[str, Any]:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": f"Say {custom_id}."}]}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Say {custom_id}."}],
+    }
     body |= {"max_tokens": max_tokens, **extra}
     return {"custom_id": custom_id, "method": "POST", "url": CHAT, "body": body}
 

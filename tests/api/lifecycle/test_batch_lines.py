@@ -104,6 +104,6 @@ def test_lines_wait_for_an_engine_that_went_away(make_stack: Callable[..., Any])
             assert done["status"] == "completed"
             assert done["request_counts"] == {"total": 4, "completed": 4, "failed": 0}
             every = by_id(await output(api, done["output_file_id"]))
-            assert sorted(every) == [f"w{i}" for i in range(4)]
+            assert sorted(map(str, every)) == [f"w{i}" for i in range(4)]
 
     asyncio.run(main())

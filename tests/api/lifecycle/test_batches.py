@@ -34,7 +34,7 @@ def test_lines_run_once_and_refusals_are_their_own_errors(
     async def main() -> None:
         async with make_stack() as stack, client(stack) as api:
             before = count("completed"), count("failed")
-            lines = [line(f"ok-{i}") for i in range(6)]
+            lines: list[Any] = [line(f"ok-{i}") for i in range(6)]
             lines += [line("plain", url="/v1/completions"), line("too-many", n=99)]
             lines += ["{not json", line("lost", url="/v1/embeddings")]
             batch = await submit(api, lines)
@@ -98,7 +98,7 @@ def test_cancel_stops_the_engine_and_keeps_what_finished(
             every = by_id(
                 await output(api, done["output_file_id"]), await output(api, done["error_file_id"])
             )
-            assert sorted(every) == sorted(["quick"] + [f"long-{i}" for i in range(5)])
+            assert sorted(map(str, every)) == sorted(["quick"] + [f"long-{i}" for i in range(5)])
             assert all(len(found) == 1 for found in every.values())
             assert every["quick"][0]["response"]["status_code"] == 200
             stopped = [
@@ -153,7 +153,7 @@ def test_a_restart_resumes_and_every_line_ends_once(
             assert done["status"] == "completed", done
             assert done["request_counts"] == {"total": 8, "completed": 8, "failed": 0}
             every = by_id(await output(api, done["output_file_id"]))
-            assert sorted(every) == [f"l-{i}" for i in range(8)]
+            assert sorted(map(str, every)) == [f"l-{i}" for i in range(8)]
             assert all(len(found) == 1 for found in every.values())
             rows = prediction_rows(database_url)
             # The lines stopped by the shutdown were saved canceled and run again.

@@ -14,7 +14,7 @@ CHAT = "/v1/chat/completions"
 
 
 def line(custom_id: str, max_tokens: int = 3, url: str = CHAT, **body: Any) -> dict[str, Any]:
-    content = {"messages": [{"role": "user", "content": f"Say {custom_id}."}]}
+    content: dict[str, Any] = {"messages": [{"role": "user", "content": f"Say {custom_id}."}]}
     if url == "/v1/completions":
         content = {"prompt": f"Say {custom_id}."}
     return {
@@ -69,8 +69,8 @@ async def output(api: httpx.AsyncClient, file_id: str | None) -> list[dict[str, 
     return [json.loads(x) for x in answer.text.splitlines()]
 
 
-def by_id(*files: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    every: dict[str, list[dict[str, Any]]] = {}
+def by_id(*files: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
+    every: dict[str | None, list[dict[str, Any]]] = {}
     for each in (x for f in files for x in f):
         every.setdefault(each["custom_id"], []).append(each)
     return every
