@@ -1,25 +1,21 @@
-"""Batches and their lines in the database (db/batches.py). Each helper commits its writes.
-
-Lines are claimed, ended and given back by conditional UPDATEs (`state` must still be what the
-caller saw), so two api workers never both run a line and a line's end is written once: on
-PostgreSQL the claim also locks the rows it picks (`FOR UPDATE SKIP LOCKED`: another worker's
-claim takes the next lines instead of waiting); on SQLite a write transaction whose snapshot went
-stale is refused, never applied twice.
-"""
+"""Batches and their lines in the database (db/batches.py): create, read, count, cancel,
+expire. Each helper commits its writes; what the workers do with lines is in batch_claims.py."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 from sqlalchemy import func, insert, update
 from sqlmodel import Session, col, select
 
 from tritonbox_api.db.batches import Batch, BatchLine, BatchStatus, LineOutcome, LineState
-from tritonbox_api.db.crud import as_utc
 from tritonbox_api.db.models import utc_now
 from tritonbox_api.protocol.batch_lines import InputLine, answered
 
 OPEN = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS)
+# Batches whose lines may still run or wait.
+LIVE = (*OPEN, BatchStatus.CANCELLING, BatchStatus.FINALIZING)
 
 
 def create_batch(session: Session, *, batch: Batch, lines: list[InputLine]) -> Batch:
@@ -89,9 +85,16 @@ def counts(session: Session, batch_ids: Collection[str]) -> dict[str, tuple[int,
     return found
 
 
+def of_open_batches() -> Any:
+    """The lines of batches not ended (by the batch index, then the line's: ended batches' lines,
+    however many, are never scanned)."""
+    live = select(Batch.id).where(col(Batch.status).in_(LIVE))
+    return col(BatchLine.batch_id).in_(live)
+
+
 def waiting(session: Session) -> int:
-    """Lines not yet begun, over every batch."""
-    query = select(func.count()).where(col(BatchLine.state) == LineState.PENDING)
+    """Lines not yet begun, over every open batch."""
+    query = select(func.count()).where(of_open_batches(), col(BatchLine.state) == LineState.PENDING)
     return int(session.exec(query).one())
 
 
@@ -139,111 +142,3 @@ def expire_due(session: Session) -> None:
     if ids:
         _close_pending(session, ids, LineOutcome.EXPIRED)
         session.commit()
-
-
-def stopping(session: Session, batch_ids: Collection[str]) -> dict[str, LineOutcome]:
-    """Which of these batches' running lines must stop now, and how they end."""
-    query = select(Batch.id, Batch.status, Batch.expires_at).where(col(Batch.id).in_(batch_ids))
-    stop: dict[str, LineOutcome] = {}
-    now = utc_now()
-    for ident, status, expires in session.exec(query):
-        if status == BatchStatus.CANCELLING:
-            stop[ident] = LineOutcome.CANCELLED
-        elif as_utc(expires) < now:
-            stop[ident] = LineOutcome.EXPIRED
-    return stop
-
-
-def claim(session: Session, *, worker: str, limit: int, postgres: bool) -> list[BatchLine]:
-    """Up to `limit` pending lines of running batches (oldest batch first, in file order),
-    now `running` for `worker`."""
-    query = (
-        select(BatchLine.id)
-        .join(Batch, col(Batch.id) == col(BatchLine.batch_id))
-        .where(
-            col(Batch.status) == BatchStatus.IN_PROGRESS,
-            col(Batch.expires_at) > utc_now(),
-            col(BatchLine.state) == LineState.PENDING,
-        )
-        .order_by(col(Batch.created_at), col(BatchLine.batch_id), col(BatchLine.line))
-        .limit(limit)
-    )
-    if postgres:
-        query = query.with_for_update(skip_locked=True, of=BatchLine)
-    ids = list(session.exec(query))
-    if not ids:
-        session.rollback()
-        return []
-    session.execute(
-        update(BatchLine)
-        .where(col(BatchLine.id).in_(ids), col(BatchLine.state) == LineState.PENDING)
-        .values(state=LineState.RUNNING, claimed_by=worker, attempts=BatchLine.attempts + 1)
-        .execution_options(synchronize_session=False)
-    )
-    session.commit()
-    mine = select(BatchLine).where(
-        col(BatchLine.id).in_(ids),
-        col(BatchLine.claimed_by) == worker,
-        col(BatchLine.state) == LineState.RUNNING,
-    )
-    return list(session.exec(mine.order_by(col(BatchLine.id))))
-
-
-def end_line(
-    session: Session,
-    *,
-    line_id: int,
-    worker: str,
-    outcome: LineOutcome,
-    result: str,
-    prediction_id: str | None,
-) -> bool:
-    """Record a line's end, once: False if it is no longer this worker's running line."""
-    ended = session.execute(
-        update(BatchLine)
-        .where(
-            col(BatchLine.id) == line_id,
-            col(BatchLine.state) == LineState.RUNNING,
-            col(BatchLine.claimed_by) == worker,
-        )
-        .values(
-            state=LineState.DONE,
-            outcome=outcome,
-            result=result,
-            prediction_id=prediction_id,
-            ended_at=utc_now(),
-        )
-        .execution_options(synchronize_session=False)
-    )
-    session.commit()
-    return bool(getattr(ended, "rowcount", 0))
-
-
-def release(session: Session, *, worker: str, line_ids: Collection[int] | None = None) -> int:
-    """This worker's running lines (all, or these) back to pending, to be run again."""
-    mine = [col(BatchLine.claimed_by) == worker, col(BatchLine.state) == LineState.RUNNING]
-    if line_ids is not None:
-        mine.append(col(BatchLine.id).in_(line_ids))
-    result = session.execute(
-        update(BatchLine)
-        .where(*mine)
-        .values(state=LineState.PENDING, claimed_by=None)
-        .execution_options(synchronize_session=False)
-    )
-    session.commit()
-    return int(getattr(result, "rowcount", 0))
-
-
-def recover(session: Session, *, live_workers: Collection[str]) -> int:
-    """Running lines of workers that are gone (stopped, crashed) back to pending."""
-    orphan = [col(BatchLine.state) == LineState.RUNNING]
-    if live_workers:
-        orphan.append(col(BatchLine.claimed_by).not_in(live_workers))
-    result = session.execute(
-        update(BatchLine)
-        .where(*orphan)
-        .values(state=LineState.PENDING, claimed_by=None)
-        .execution_options(synchronize_session=False)
-    )
-    session.commit()
-    return int(getattr(result, "rowcount", 0))

@@ -7,7 +7,7 @@ never held back by lines (they keep all MAX_CONCURRENT_REQUESTS slots: a line's 
 counted apart, service/predictions.py), so as live traffic grows the batch takes less.
 
 Nothing lost, nothing twice: a line is claimed and ended by conditional UPDATEs
-(db/batch_store.py). A line that the engine could not take (503: Triton down or restarting,
+(db/batch_claims.py). A line that the engine could not take (503: Triton down or restarting,
 429: its queue full) or that shutdown interrupted goes back to pending and runs again; a worker
 that stops gives its lines back, and the lines of one that died are taken back by the others
 (its heartbeat stopped, db/workers.py), so after a restart every line still ends exactly once.
@@ -25,8 +25,8 @@ from sqlmodel import Session, col, select
 from starlette.types import ASGIApp
 
 from tritonbox_api import metrics
-from tritonbox_api.db import batch_finalize, batch_store, workers
-from tritonbox_api.db.batches import Batch, BatchLine, BatchStatus, LineOutcome
+from tritonbox_api.db import batch_claims, batch_finalize, batch_store, workers
+from tritonbox_api.db.batches import Batch, BatchLine, LineOutcome
 from tritonbox_api.db.session import Database
 from tritonbox_api.keys import ApiKey, Role
 from tritonbox_api.protocol.batch_lines import CANCELLED, EXPIRED, answered, error_body
@@ -41,12 +41,7 @@ IDLE_POLL_S = 1.0  # while none is
 RETRY_AFTER_S = 1.0  # after the engine refused a line for now (503, 429)
 RECOVER_EVERY_S = 5.0  # lines of workers that are gone back to pending
 STOP_WAIT_S = 10.0
-_OPEN = (
-    BatchStatus.VALIDATING,
-    BatchStatus.IN_PROGRESS,
-    BatchStatus.CANCELLING,
-    BatchStatus.FINALIZING,
-)
+_OPEN = batch_store.LIVE
 
 
 @dataclass(eq=False)
@@ -100,7 +95,7 @@ class BatchRunner:
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_WAIT_S)
         with contextlib.suppress(Exception):  # the database gone: the others recover them
-            await self._database.run(lambda s: batch_store.release(s, worker=self._worker))
+            await self._database.run(lambda s: batch_claims.release(s, worker=self._worker))
 
     async def _loop(self) -> None:
         while True:
@@ -129,7 +124,7 @@ class BatchRunner:
         await database.run(batch_store.expire_due)
         if self._runs:
             ids = {run.line.batch_id for run in self._runs.values()}
-            stop = await database.read(lambda s: batch_store.stopping(s, ids))
+            stop = await database.read(lambda s: batch_claims.stopping(s, ids))
             for run in self._runs.values():
                 if run.line.batch_id in stop and run.why is None:
                     run.why = stop[run.line.batch_id]
@@ -143,7 +138,7 @@ class BatchRunner:
     def _recover(self, session: Session) -> int:
         live = workers.live_worker_ids(session=session, within=workers.STALE_AFTER)
         live = [each for each in live if not workers.gone_from_this_host(each)]
-        return batch_store.recover(session, live_workers=[*live, self._worker])
+        return batch_claims.recover(session, live_workers=[*live, self._worker])
 
     async def _claim(self) -> None:
         if self._stopping or time.monotonic() < self._paused_until:
@@ -154,7 +149,7 @@ class BatchRunner:
             return
         postgres = not self._database.is_sqlite
         lines = await self._database.run(
-            lambda s: batch_store.claim(s, worker=self._worker, limit=free, postgres=postgres)
+            lambda s: batch_claims.claim(s, worker=self._worker, limit=free, postgres=postgres)
         )
         if not lines:
             return
@@ -198,14 +193,14 @@ class BatchRunner:
             # Not this line's answer: the engine (or this worker) could not take it now.
             self._paused_until = time.monotonic() + RETRY_AFTER_S
             await self._database.run(
-                lambda s: batch_store.release(s, worker=self._worker, line_ids=[line.id or 0])
+                lambda s: batch_claims.release(s, worker=self._worker, line_ids=[line.id or 0])
             )
             return
         else:
             outcome = LineOutcome.FAILED
         result = answered(line.custom_id, answer.status, answer.prediction_id, answer.body, code)
         ended = await self._database.run(
-            lambda s: batch_store.end_line(
+            lambda s: batch_claims.end_line(
                 s,
                 line_id=line.id or 0,
                 worker=self._worker,
