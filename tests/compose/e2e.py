@@ -57,7 +57,7 @@ def stream_chat(stack: Stack) -> str:
     models = httpx.get(f"{stack.api}/v1/models", headers=stack.auth, timeout=30).json()["data"]
     body = {
         "model": models[0]["id"],
-        "messages": [{"role": "user", "content": "Which city is the capital of France?"}],
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
         "max_tokens": 16,
         "temperature": 0,
         "stream": True,

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import openai
 
-MESSAGES: Any = [{"role": "user", "content": "Which city is the capital of France?"}]
+MESSAGES: Any = [{"role": "user", "content": "What is the capital of France?"}]
 LONG = 60  # far more than the default model's short answer to MESSAGES
 
 

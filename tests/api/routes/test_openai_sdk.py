@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-MESSAGES: Any = [{"role": "user", "content": "Which city is the capital of France?"}]
+MESSAGES: Any = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.server
 T = TypeVar("T")
 EOS = 2
 PROMPTS = [
-    "Which city is the capital of France?",
+    "What is the capital of France?",
     "Write a haiku about the sea.",
     "Why is the sky blue?",
 ]
