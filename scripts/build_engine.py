@@ -17,9 +17,6 @@ context FMHA), the LoRA plugin unless MAX_LORA_RANK is 0, and the limits of `.en
 tokenizer copied next to the engine, so that ENGINE_REPOSITORY alone serves it, with xgrammar's
 tokenizer info for guided decoding (structured output) -> optionally, an upload to a Hugging Face
 repository.
-
-Longer than 250 lines because it runs alone inside NVIDIA's container, where the project is not
-installed, so its presets and command lines cannot live in other modules.
 """
 
 from __future__ import annotations

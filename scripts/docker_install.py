@@ -15,9 +15,6 @@ base interpreter with a `.pth` file and runs `pip check`. The `.pth` appends the
 the interpreter's own site-packages: the base image's packages win, and Triton's Python backend
 stub, an isolated interpreter that ignores PYTHONPATH, still sees the project, because `.pth`
 files are read in isolated mode too.
-
-Longer than 250 lines because it is copied alone into each image's build stage, where the project is
-not installed yet.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Each service imports only itself and tritonbox-common, the playground runs without the
 api's or Triton's stack (its image installs neither), no package imports itself in a circle, and
-a module longer than ~250 lines says why at its top."""
+no service module is longer than 250 lines, but for at most three named here, each with its
+reason, and none longer than 300."""
 
 from __future__ import annotations
 
@@ -126,22 +127,43 @@ def test_no_import_cycles_inside_a_package(package: str) -> None:
     assert cycle is None, "import cycle: " + " → ".join(cycle or [])
 
 
-LONG_MODULE_LINES = 250  # a module past this says why at its top
-LONG_MODULE_REASON = "Longer than 250 lines because"
+# The services' code; tests/ and scripts/ are not held to it.
+SERVICE_FOLDERS = ("triton/", "api/", "common/", "playground/")
+MODULE_LINES = 250
+HARD_LIMIT = 300  # not even a listed module passes this
+# At most three, each with why it stays whole; a module that shrinks below MODULE_LINES leaves.
+LONGER_MODULES = {
+    "triton/tritonbox_triton/settings.py": "the one typed list of every triton setting with its "
+    "documentation, from which .env.example and docs/configuration.md are generated",
+    "triton/tritonbox_triton/engine_check.py": "it mirrors, key by key, the build config "
+    "TensorRT-LLM 0.20 writes, and the checks read best side by side",
+    "common/tritonbox_common/client.py": "the request's tensors, the stream, its cancellation "
+    "and the channel's options make one client; split, each part would only serve the others",
+}
 
 
-def test_long_modules_say_why_at_their_top() -> None:
+def _service_modules() -> dict[str, int]:
+    """Every tracked module of the services, with its line count."""
     tracked = subprocess.run(
         ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
-    unexplained = []
-    for name in tracked:
-        text = (REPO / name).read_text()
-        if text.count("\n") > LONG_MODULE_LINES:
-            docstring = ast.get_docstring(ast.parse(text)) or ""
-            if LONG_MODULE_REASON not in " ".join(docstring.split()):
-                unexplained.append(f"{name} ({text.count(chr(10))} lines)")
-    assert not unexplained, (
-        f"modules over {LONG_MODULE_LINES} lines without '{LONG_MODULE_REASON} …' in their "
-        f"docstring: {unexplained}"
+    return {
+        name: (REPO / name).read_text().count("\n")
+        for name in tracked
+        if name.startswith(SERVICE_FOLDERS) and (REPO / name).exists()
+    }
+
+
+def test_service_modules_stay_short() -> None:
+    assert len(LONGER_MODULES) <= 3, "the list of longer modules is three at most"
+    lines = _service_modules()
+    too_long = [
+        f"{name} ({count} lines)"
+        for name, count in lines.items()
+        if count > (HARD_LIMIT if name in LONGER_MODULES else MODULE_LINES)
+    ]
+    assert not too_long, (
+        f"modules over {MODULE_LINES} lines (over {HARD_LIMIT} for the listed ones): {too_long}"
     )
+    stale = [name for name in LONGER_MODULES if lines.get(name, 0) <= MODULE_LINES]
+    assert not stale, f"listed as longer but not (take them off LONGER_MODULES): {stale}"

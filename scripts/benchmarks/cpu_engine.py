@@ -10,9 +10,6 @@ Measures, in one run on one machine:
 Writes a Markdown table to docs/benchmark-cpu-engine.md. Usage (from the repo root):
 
     scripts/benchmark cpu-engine [--tokens 48] [--concurrency 1 4 8 16]
-
-Longer than 250 lines because the engine's run and the transformers baseline it is compared with
-must start and measure the same way, side by side.
 """
 
 from __future__ import annotations

@@ -17,10 +17,6 @@ In one run, against one tritonserver serving the default model on the cpu engine
 Writes docs/benchmark-lora.md. Usage (from the repo root):
 
     scripts/benchmark lora [--requests 8] [--tokens 32] [--api]
-
-Longer than 250 lines because the run's phases (servers, interleaved batches over gRPC and through
-the api, the in-process step) must share one timeline; its pieces and report are in lora_support.py
-and lora_report.py.
 """
 
 from __future__ import annotations

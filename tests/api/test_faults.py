@@ -1,8 +1,5 @@
 """Faults leave correct rows and a server that keeps serving: clients that leave, Triton
-stopped and restarted under the api, the api killed mid-stream, overload, the API key.
-
-Longer than 250 lines because the faults share one served api, and each needs its own way to
-cause the fault and its checks of the row and the server afterwards."""
+stopped and restarted under the api, the api killed mid-stream, overload, the API key."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """compose.yaml (GPU, the default), compose.cpu.yaml (the CPU switch) and their shared part,
 checked with the real Compose CLI (`docker-compose config`: interpolation, include, validation;
 no Docker engine needed) and against the Compose Specification schema.
-
-Longer than 250 lines because it checks every compose file's services, volumes and settings against
-one shared parse of them.
 """
 
 from __future__ import annotations

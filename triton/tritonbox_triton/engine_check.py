@@ -7,9 +7,6 @@ max_num_tokens fails per request, KV-cache reuse without paged context FMHA fail
 wrong tensor parallelism fails deep inside MPI. config.json is written by `trtllm-build`
 (`EngineConfig.to_dict` in tensorrt_llm/builder.py): `version`, `pretrained_config` (with
 `mapping` and `quantization`) and `build_config` (with `plugin_config`).
-
-Longer than 250 lines because it mirrors, key by key, the build config TensorRT-LLM 0.20 writes, and
-the checks read best side by side.
 """
 
 from __future__ import annotations

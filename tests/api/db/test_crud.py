@@ -1,8 +1,5 @@
 """crud: ids, the prediction life cycle, keyset pagination (pages) and crash recovery, on a real
 SQLite file and a real PostgreSQL server (`database_url`).
-
-Longer than 250 lines because it has one test per crud helper, each on both databases, sharing
-its fixtures.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """PredictionWrites: the prediction writes that queue up behind busy writers share one
 transaction, on a real SQLite file and a real PostgreSQL server (`database_url`); a bad write
 fails its own caller only, and the first ending of a prediction stays.
-
-Longer than 250 lines because each of those guarantees (sharing a commit, order, a failure's
-reach, a waiter that gives up) is checked on both databases with one set of helpers.
 """
 
 from __future__ import annotations

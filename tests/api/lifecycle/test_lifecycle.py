@@ -1,8 +1,6 @@
 """A prediction's life in-process: whatever ends it, and in whatever order, the engine's request
 stops (within a second, by its own active-request count), the row ends once in a final state,
 and the concurrency slot and the in-flight gauge come back.
-
-Longer than 250 lines because the races of one prediction's life share one in-process harness.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Structured output through the official `openai` SDK against the live api on the cpu engine:
 `response_format` (json_object, strict json_schema), vLLM's guided_* and `structured_outputs`,
 streamed, with n=2, recorded in the prediction row; and every refusal as a 400 naming the
-field the client sent.
-
-Longer than 250 lines because every way of asking for structured output is checked against one
-live api, whose module-scoped fixtures the cases share."""
+field the client sent."""
 
 from __future__ import annotations
 
