@@ -6,90 +6,32 @@ ending exactly once; and two api processes on one PostgreSQL database sharing a 
 from __future__ import annotations
 
 import io
-import json
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, Final
+from collections.abc import Callable
 
 import httpx
 import openai
 import pytest
-from sqlalchemy import create_engine, text
-from tritonbox_testing.api_process import RunningApi, launch_api
+from tritonbox_testing.api_process import RunningApi
+from tritonbox_testing.batch_server import (
+    CHAT,
+    COMPLETIONS,
+    MODEL,
+    chat,
+    jsonl,
+    lines_of,
+    rows,
+    sdk,
+    wait_ended,
+)
 from tritonbox_testing.postgres import RunningPostgres
 
-MODEL = "SmolLM2-135M-Instruct"  # the session's default model (the synthetic engine's name)
-CHAT: Final = "/v1/chat/completions"
-COMPLETIONS = "/v1/completions"
 
-
-@pytest.fixture(scope="module")
-def synthetic_triton(triton_launcher: Callable[..., Any]) -> Iterator[Any]:
-    with triton_launcher(engine="synthetic", synthetic_token_interval_s=0.02) as running:
-        yield running
-
-
-@pytest.fixture
-def start_api(synthetic_triton: Any, tmp_path: Path) -> Iterator[Callable[..., RunningApi]]:
-    started: list[RunningApi] = []
-
-    def start(**settings: str) -> RunningApi:
-        running = launch_api(synthetic_triton, tmp_path / f"api{len(started)}", **settings)
-        started.append(running)
-        running.wait_ready()
-        return running
-
-    yield start
-    for running in started:
-        running.stop()
-
-
-def sdk(api: RunningApi) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{api.url}/v1", api_key="unused", max_retries=0)
-
-
-def chat(custom_id: str, max_tokens: int = 4, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": f"Say {custom_id}."}],
-    }
-    body |= {"max_tokens": max_tokens, **extra}
-    return {"custom_id": custom_id, "method": "POST", "url": CHAT, "body": body}
-
-
-def jsonl(lines: list[Any]) -> bytes:
-    return "".join(json.dumps(each) + "\n" for each in lines).encode()
-
-
-def wait_ended(client: openai.OpenAI, batch_id: str, timeout_s: float = 120) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        batch = client.batches.retrieve(batch_id)
-        if batch.status in ("completed", "failed", "expired", "cancelled"):
-            return batch
-        time.sleep(0.2)
-    raise AssertionError(f"batch {batch_id} did not end: {batch}")
-
-
-def lines_of(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
-    if file_id is None:
-        return []
-    return [json.loads(x) for x in client.files.content(file_id).text.splitlines()]
-
-
-def rows(url: str, query: str) -> list[dict[str, Any]]:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as connection:
-            return [dict(row._mapping) for row in connection.execute(text(query))]
-    finally:
-        engine.dispose()
-
-
-def test_the_openai_sdk_runs_a_batch(start_api: Callable[..., RunningApi]) -> None:
-    api = start_api()
+def test_the_openai_sdk_runs_a_batch(
+    start_api: Callable[..., RunningApi], database_url: str
+) -> None:
+    api = start_api(database_url=database_url)
     client = sdk(api)
     lines = [chat(f"c{i}", seed=i, temperature=0.5) for i in range(5)]
     lines.append(
@@ -163,9 +105,9 @@ def test_the_batch_limits_answer_413_naming_them(start_api: Callable[..., Runnin
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
 def test_a_restarted_api_resumes_and_every_line_ends_once(
-    start_api: Callable[..., RunningApi], sig: signal.Signals
+    start_api: Callable[..., RunningApi], sig: signal.Signals, database_url: str
 ) -> None:
-    api = start_api(batch_concurrent_requests="4")
+    api = start_api(batch_concurrent_requests="4", database_url=database_url)
     client = sdk(api)
     count = 24
     uploaded = client.files.create(
@@ -173,7 +115,7 @@ def test_a_restarted_api_resumes_and_every_line_ends_once(
         purpose="batch",
     )
     batch = client.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h")
-    url = f"sqlite:///{api.database_path}"
+    url = database_url
     deadline = time.monotonic() + 60
     while not rows(url, "SELECT id FROM prediction WHERE status = 'succeeded'"):
         assert time.monotonic() < deadline
@@ -185,12 +127,17 @@ def test_a_restarted_api_resumes_and_every_line_ends_once(
     every = lines_of(client, done.output_file_id) + lines_of(client, done.error_file_id)
     assert sorted(x["custom_id"] for x in every) == sorted(f"l{i}" for i in range(count))
     assert all(x["response"]["status_code"] == 200 for x in every)
-    # Every answer is a prediction that succeeded, one per line; the runs the stop interrupted
-    # were saved canceled (or failed, killed) and ran again.
+    # Every answer is a prediction that succeeded; the runs the stop interrupted were saved
+    # canceled (or failed, killed) and ran again.
     found = rows(url, "SELECT id, status, custom_id FROM prediction")
     succeeded = [r for r in found if r["status"] == "succeeded"]
-    assert sorted(r["custom_id"] for r in succeeded) == sorted(f"l{i}" for i in range(count))
-    assert {r["id"] for r in succeeded} == {x["response"]["request_id"] for x in every}
+    answers = {x["response"]["request_id"] for x in every}
+    assert answers <= {r["id"] for r in succeeded}
+    twice = len(succeeded) - count
+    if sig is signal.SIGTERM:  # a stop records or gives back each running line: none twice
+        assert twice == 0
+    else:  # killed between a line's prediction ending and the line's end being written
+        assert 0 <= twice <= 4, twice  # at most the lines running then (docs/batches.md)
 
 
 def test_two_api_processes_share_a_batch_on_postgresql(
