@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from tritonbox_api.db.session import Database
 from tritonbox_api.keys import ApiKey, KeyRing, Role
+from tritonbox_api.processes import worker_count
 from tritonbox_api.protocol.errors import ApiError
+from tritonbox_api.rate_limit import STATE, Metered, RateLimiter
 from tritonbox_api.service import batch_context
 from tritonbox_api.service.adapters import AdapterService
 from tritonbox_api.service.batch_runner import BatchRunner
@@ -29,6 +31,14 @@ class Services:
     adapters: AdapterService  # the registered LoRA adapters
     keys: KeyRing  # who may call what (API_KEY, API_KEYS, API_KEYS_FILE)
     batches: BatchRunner | None = None  # runs batch lines (Batch API); set once started
+    # Every key's requests and tokens per minute (rate_limit.py), this worker's share.
+    limiter: RateLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        self.limiter = RateLimiter(
+            rpm=settings.rate_limit_rpm, tpm=settings.rate_limit_tpm, workers=worker_count(settings)
+        )
 
 
 # The dependencies are `async def` though they never wait: FastAPI runs a plain `def` dependency
@@ -83,6 +93,23 @@ async def require_manage(request: Request, services: ServicesDep) -> None:
         )
 
 
+async def limit_requests(request: Request, services: ServicesDep) -> None:
+    """After require_api_key, on the generating routes: one of the key's requests per minute
+    (429 past it), and the request metered for its tokens and its answer's x-ratelimit-*
+    headers. Batch lines are not metered: they run in the room live requests leave."""
+    key: ApiKey | None = getattr(request.state, "api_key", None)
+    if key is None or batch_context.current() is not None:
+        return  # no keys, nothing to tell callers apart by
+    setattr(request.state, STATE, Metered(services.limiter, key))  # the headers, even on a 429
+    services.limiter.admit_request(key)
+
+
+def metered(request: Request) -> Metered | None:
+    """The request's key and limits, when limit_requests metered it."""
+    found = getattr(request.state, STATE, None)
+    return found if isinstance(found, Metered) else None
+
+
 def key_name(request: Request) -> str | None:
     """The name of the key the request came with; None when the api has no keys."""
     key: ApiKey | None = getattr(request.state, "api_key", None)
@@ -91,3 +118,4 @@ def key_name(request: Request) -> str | None:
 
 Guarded = [Depends(require_api_key)]
 Managed = [Depends(require_manage)]
+Limited = [Depends(limit_requests)]  # the generating routes' (their router has Guarded first)

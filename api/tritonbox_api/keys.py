@@ -6,6 +6,8 @@ single-user setup holds both, under the name `default`. An entry is `name:role:s
 secret as given or `sha256:<64 hex digits>` of it, so a file or `.env` need not hold the key
 itself. Every key is kept as its sha256 and a presented key is compared with all of them in
 constant time: the time taken tells neither how much of a guess was right nor which key matched.
+An entry may end in its rate limits, `:rpm=N` and `:tpm=N` (requests and tokens per minute, 0 =
+none; unset = RATE_LIMIT_RPM and RATE_LIMIT_TPM): rate_limit.py enforces them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from pydantic import SecretStr
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _HASHED = re.compile(r"^sha256:([0-9a-fA-F]{64})$")
+# A limit at an entry's end. Read from the end, since a secret may hold `:` itself; a secret
+# that ends like one must then be given as its sha256.
+_LIMIT = re.compile(r":\s*(rpm|tpm)\s*=\s*([^:]*?)\s*$")
 DEFAULT_NAME = "default"  # API_KEY's name on predictions and in the metrics
 
 
@@ -37,6 +42,8 @@ class ApiKey:
     name: str
     roles: frozenset[Role]
     digest: bytes  # sha256 of the secret: the secret itself is not kept
+    rpm: int | None = None  # requests per minute; None: RATE_LIMIT_RPM; 0: no limit
+    tpm: int | None = None  # tokens per minute (prompt + max_tokens x n); as rpm
 
     def has(self, role: Role) -> bool:
         return role in self.roles
@@ -47,7 +54,17 @@ def digest(secret: str) -> bytes:
 
 
 def parse_entry(entry: str, where: str) -> ApiKey:
-    """One `name:role:secret`; ValueError naming `where` (never the secret) if malformed."""
+    """One `name:role:secret[:rpm=N][:tpm=N]`; ValueError naming `where` (never the secret) if
+    malformed."""
+    limits: dict[str, int] = {}
+    while found := _LIMIT.search(entry):
+        kind, value = found[1], found[2]
+        if not re.fullmatch(r"[0-9]{1,9}", value) or kind in limits:
+            label = entry.split(":", 1)[0].strip()  # the value is not shown: it may be secret
+            raise ValueError(f"{where}: key {label} has a malformed {kind}; a limit is written "
+                             f"once, as a whole number ({kind}=60)")  # fmt: skip
+        limits[kind] = int(value)
+        entry = entry[: found.start()]
     name, role, secret = [*entry.split(":", 2), "", ""][:3]
     name, role, secret = name.strip(), role.strip(), secret.strip()
     if not NAME.match(name):
@@ -59,7 +76,7 @@ def parse_entry(entry: str, where: str) -> ApiKey:
         raise ValueError(f"{where}: key {name} has no secret, as in name:role:key")
     hashed = _HASHED.match(secret)
     value = bytes.fromhex(hashed[1]) if hashed else digest(secret)
-    return ApiKey(name=name, roles=_GRANTS[Role(role)], digest=value)
+    return ApiKey(name, _GRANTS[Role(role)], value, limits.get("rpm"), limits.get("tpm"))
 
 
 def parse_keys(text: str, where: str, separator: str = ",") -> list[ApiKey]:

@@ -18,6 +18,7 @@ from tritonbox_api.errors import install_error_handlers
 from tritonbox_api.head import HeadMiddleware
 from tritonbox_api.keys import KeyRing
 from tritonbox_api.processes import per_worker_limit, worker_exited
+from tritonbox_api.rate_limit import RateLimitHeadersMiddleware
 from tritonbox_api.routes import (
     adapters,
     batches,
@@ -120,6 +121,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, paths={"/v1/files": upload}
     )
     app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(RateLimitHeadersMiddleware)  # x-ratelimit-* on metered answers
     for module in (health, predict, predictions, limits, openai, adapters, files, batches,
                    permalink):  # fmt: skip
         app.include_router(module.router)

@@ -90,12 +90,28 @@ class ApiSettings(BaseSettings):
         "`use`: generate and read predictions; `manage`: also register and delete adapters. "
         "The key as clients send it, or `sha256:<64 hex digits>` of it. The name is recorded "
         "on every prediction and in the metrics; API_KEY, when set too, is the key `default` "
-        "with both roles (docs/deployment.md).",
+        "with both roles. An entry may end in its rate limits, `:rpm=N:tpm=N` (0 = none; "
+        "unset = RATE_LIMIT_RPM, RATE_LIMIT_TPM) (docs/deployment.md).",
     )
     api_keys_file: Path | None = Field(
         default=None,
         description="A file of more keys, one `name:role:key` a line as in API_KEYS (`#` "
         "starts a comment line); read at start.",
+    )
+    rate_limit_rpm: int = Field(
+        default=0,
+        ge=0,
+        description="Requests per minute each key may send to the generating routes, for keys "
+        "that set no `rpm=` of their own (API_KEYS); past it 429 with Retry-After and OpenAI's "
+        "x-ratelimit-* headers; 0 = no limit. With API_WORKERS > 1 each worker enforces its "
+        "share (docs/deployment.md).",
+    )
+    rate_limit_tpm: int = Field(
+        default=0,
+        ge=0,
+        description="Tokens per minute each key may use, for keys that set no `tpm=` of their "
+        "own: a request reserves its prompt plus max_tokens for each of its n choices, and its "
+        "actual usage replaces that when it ends; 0 = no limit. Per worker as RATE_LIMIT_RPM.",
     )
     max_concurrent_requests: int = Field(
         default=64,

@@ -23,6 +23,17 @@ from tritonbox_common.model_params import config_parameters, int_parameter, text
 log = logging.getLogger(__name__)
 
 
+# A full queue refuses a request for now only (MAX_QUEUE_SIZE): TensorRT-LLM's executor and the
+# cpu engine say the first, Triton's own queue in front of the engine step (dynamic_batching's
+# default_queue_policy, which a burst fills too) the second.
+ENGINE_QUEUE_FULL = ("Maximum queue size of", "Exceeds maximum queue size")
+
+
+def queue_full(error: str) -> bool:
+    """The engine refused the request because a queue is full: a 429 to retry shortly."""
+    return any(text in error for text in ENGINE_QUEUE_FULL)
+
+
 class TritonUnavailableError(RuntimeError):
     """Triton cannot be reached or is not ready: the request may succeed if retried later."""
 

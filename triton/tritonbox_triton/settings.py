@@ -30,6 +30,7 @@ from tritonbox_common.shared_settings import (
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # The cpu engine's KV cache when KV_CACHE_MAX_TOKENS is unset (its memory is host RAM).
 CPU_KV_CACHE_TOKENS = 65536
+QUEUE_BATCHES = 4  # MAX_QUEUE_SIZE unset: this many batches (MAX_BATCH_SIZE) may wait
 
 
 class EngineFlavour(StrEnum):
@@ -155,11 +156,12 @@ class TritonSettings(BaseSettings):
         ge=0,
         description="How long the engine step waits to fill a batch (0 = no wait).",
     )
-    max_queue_size: int = Field(
-        default=0,
+    max_queue_size: int | None = Field(  # an int once validated (_flavour_defaults)
+        default=None,
         ge=0,
-        description="Requests that may queue in front of the engine before Triton refuses more "
-        "(0 = unbounded).",
+        description="Requests that may wait in front of the engine before it refuses more (the "
+        f"api answers 429 with Retry-After); unset = {QUEUE_BATCHES} x MAX_BATCH_SIZE; 0 = "
+        "unbounded.",
     )
     decoupled_mode: bool = Field(
         default=True,
@@ -243,6 +245,11 @@ class TritonSettings(BaseSettings):
         if isinstance(data, dict) and data.get("kv_cache_max_tokens") in (None, ""):
             trtllm = str(data.get("engine") or "") == EngineFlavour.TRTLLM.value
             data = data | {"kv_cache_max_tokens": 0 if trtllm else CPU_KV_CACHE_TOKENS}
+        # Bounded unless 0 is asked (issue 42): what waits, and its memory, cannot grow unseen.
+        batch = cls.model_fields["max_batch_size"].default
+        batch = str(data.get("max_batch_size") or batch) if isinstance(data, dict) else ""
+        if batch.isdigit() and data.get("max_queue_size") in (None, ""):
+            data = data | {"max_queue_size": QUEUE_BATCHES * int(batch)}
         return data
 
     @model_validator(mode="after")

@@ -17,7 +17,7 @@ from tritonbox_api.db import batch_files, batch_store
 from tritonbox_api.db.batch_files import new_id
 from tritonbox_api.db.batches import Batch, BatchStatus
 from tritonbox_api.db.models import utc_now
-from tritonbox_api.deps import Guarded, Services, ServicesDep, key_name
+from tritonbox_api.deps import Guarded, Limited, Services, ServicesDep, key_name
 from tritonbox_api.protocol import batch_lines
 from tritonbox_api.protocol.batches import (
     BatchErrors,
@@ -76,7 +76,10 @@ def _not_found(batch_id: str) -> ApiError:
 
 
 @router.post(
-    "/batches", response_model=BatchObject, responses=errors(400, 404, 413, notes={400: REFUSED})
+    "/batches",
+    response_model=BatchObject,
+    dependencies=Limited,  # one request per minute of the key's; its lines are not metered
+    responses=errors(400, 404, 413, 429, notes={400: REFUSED}),
 )
 async def create_batch(body: CreateBatch, request: Request, services: ServicesDep) -> BatchObject:
     """Run every line of an uploaded file (purpose batch) within `completion_window`."""

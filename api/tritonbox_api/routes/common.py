@@ -11,7 +11,7 @@ from fastapi import Request
 from starlette.types import Receive
 
 from tritonbox_api.db.models import Source
-from tritonbox_api.deps import Services, key_name
+from tritonbox_api.deps import Services, key_name, metered
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.prompts import PromptInput
 from tritonbox_api.service.runner import Started, begin
@@ -71,6 +71,7 @@ async def start(
 ) -> Started:
     """Begin a prediction that is cancelled as soon as its client disconnects."""
     watcher = DisconnectWatcher(request.receive)
+    meter = metered(request)  # the key's tokens per minute, when it has a limit (Limited)
     try:
         return await begin(
             params,
@@ -90,6 +91,7 @@ async def start(
             prompt_only=prompt_only,
             key_name=key_name(request),
             prompts=prompts,
+            reserve=meter.reserve if meter is not None else None,
         )
     except BaseException:
         watcher.close()

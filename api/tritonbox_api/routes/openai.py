@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from tritonbox_api.db.models import Prediction, Source, Status
-from tritonbox_api.deps import Guarded, Services, ServicesDep
+from tritonbox_api.deps import Guarded, Limited, Services, ServicesDep
 from tritonbox_api.protocol.errors import ApiError, invalid, unavailable
 from tritonbox_api.protocol.openai import (
     ChatCompletionRequest,
@@ -158,12 +158,12 @@ async def _adapter_of(services: Services, model: str) -> str | None:
     )
 
 
-@router.post("/completions", responses=COMPLETION)
+@router.post("/completions", responses=COMPLETION, dependencies=Limited)
 async def completions(body: CompletionRequest, request: Request, services: ServicesDep) -> Response:
     return await _complete(request, services, body, chat=False)
 
 
-@router.post("/chat/completions", responses=COMPLETION)
+@router.post("/chat/completions", responses=COMPLETION, dependencies=Limited)
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, services: ServicesDep
 ) -> Response:

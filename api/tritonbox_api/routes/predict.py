@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from tritonbox_api.db.models import Source, Status
-from tritonbox_api.deps import Guarded, ServicesDep
+from tritonbox_api.deps import Guarded, Limited, ServicesDep
 from tritonbox_api.protocol.predictions import (
     PredictOut,
     PredictRequest,
@@ -35,6 +35,7 @@ async def _text(started: Started) -> AsyncIterator[str]:
 
 @router.post(
     "/predict",
+    dependencies=Limited,
     responses={
         200: {
             "model": PredictOut,

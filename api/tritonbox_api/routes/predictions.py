@@ -13,7 +13,7 @@ from sqlmodel import Session
 from tritonbox_api.db import crud, pages
 from tritonbox_api.db.models import Prediction, Source, Status
 from tritonbox_api.db.workers import request_cancel
-from tritonbox_api.deps import Guarded, Services, ServicesDep
+from tritonbox_api.deps import Guarded, Limited, Services, ServicesDep
 from tritonbox_api.protocol.errors import ApiError, invalid
 from tritonbox_api.protocol.predictions import (
     PredictionCreate,
@@ -60,7 +60,7 @@ async def _sse(services: Services, started: Started) -> AsyncIterator[bytes]:
     "",
     response_model=PredictionOut,
     status_code=201,
-    dependencies=Guarded,
+    dependencies=[*Guarded, *Limited],
     responses={
         # Streamed, it is answered 200 (the events start before the prediction is done).
         **streamed(

@@ -22,6 +22,16 @@ from tritonbox_api.protocol.errors import ErrorResponse
 Responses = dict[int | str, dict[str, Any]]
 
 _RETRY = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}
+# OpenAI's rate-limit headers, on every answer of a key with limits (rate_limit.py).
+_RATE = {
+    f"x-ratelimit-{what}-{kind}": {"description": meaning, "schema": {"type": schema}}
+    for kind in ("requests", "tokens")
+    for what, meaning, schema in (
+        ("limit", f"The key's {kind} per minute (this api worker's share).", "integer"),
+        ("remaining", f"The {kind} left now.", "integer"),
+        ("reset", "Until the limit is whole again, as `1s`, `250ms`, `1m30s`.", "string"),
+    )
+}
 
 # status: (meaning, headers it carries)
 _ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
@@ -39,8 +49,10 @@ _ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
     413: ("The body is larger than MAX_BODY_BYTES.", {}),
     422: ("A field is invalid: `error.param` names it, `error.message` the limit.", {}),
     429: (
-        "At capacity (MAX_CONCURRENT_REQUESTS, or the engine's queue is full): retry shortly.",
-        _RETRY,
+        "At capacity (MAX_CONCURRENT_REQUESTS, or the engine's queue is full), or past the "
+        "key's requests or tokens per minute (`x-ratelimit-*` say which): retry after "
+        "`Retry-After` (none: the request alone exceeds the key's tokens per minute).",
+        {**_RETRY, **_RATE},
     ),
     499: ("The prediction was cancelled before it finished (POST .../cancel).", {}),
     502: ("The engine failed the prediction.", {}),

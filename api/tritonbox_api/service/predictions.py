@@ -43,7 +43,7 @@ from tritonbox_api.service.running import (
 )
 from tritonbox_api.text.decoder import IncrementalDecoder
 from tritonbox_api.text.stop_words import StopStringMatcher
-from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError
+from tritonbox_api.triton_gateway import TritonGateway, TritonUnavailableError, queue_full
 from tritonbox_common.client import Chunk, TritonRequestError
 from tritonbox_common.log_probs import TopLogprobs, token_log_probs, top_log_probs
 from tritonbox_common.prompt_log_probs import prompt_log_probs
@@ -55,9 +55,6 @@ T = TypeVar("T")
 
 # How long the engine's `stop` may take before the clean-up goes on without it.
 ENGINE_STOP_TIMEOUT_S = 5.0
-# TensorRT-LLM's executor (and the cpu engine) refuse a request with this when MAX_QUEUE_SIZE
-# requests already wait.
-ENGINE_QUEUE_FULL = "Maximum queue size of"
 
 
 async def _to_the_end(awaitable: Awaitable[T], on_cancel: Callable[[], object] | None = None) -> T:
@@ -302,7 +299,7 @@ class PredictionService:
             # A restarting Triton answers "unknown model" before its models are back; a full
             # engine queue (MAX_QUEUE_SIZE) refuses for now only.
             retryable = progress.completion_tokens == 0 and (
-                ENGINE_QUEUE_FULL in str(failure) or not await self._gateway.is_ready()
+                queue_full(str(failure)) or not await self._gateway.is_ready()
             )
             return _Outcome(Status.FAILED, str(failure), retryable)
         log.error("prediction %s failed", running.id, exc_info=failure)

@@ -10,16 +10,16 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tritonbox_api.db.models import Source
+from tritonbox_api.db.models import Source, Status
 from tritonbox_api.protocol.errors import ApiError, unavailable
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.adapters import AdapterService
 from tritonbox_api.service.engine_context import EngineContextLoader
-from tritonbox_api.service.predictions import ENGINE_QUEUE_FULL, PredictionService
+from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.service.prepare import prepare
 from tritonbox_api.service.prompts import PromptInput
 from tritonbox_api.service.running import Ended, Event, RunningPrediction
-from tritonbox_api.triton_gateway import TritonUnavailableError
+from tritonbox_api.triton_gateway import TritonUnavailableError, queue_full
 
 
 @dataclass
@@ -52,6 +52,22 @@ class Started:
         raise AssertionError("a prediction always ends with Ended")
 
 
+def _free(used: int) -> None:
+    """No tokens per minute to settle (no key, or no limit)."""
+
+
+def _used(running: RunningPrediction) -> int:
+    """The tokens a prediction used; none when the engine failed it before its first token
+    (it refused it, its queue full, or was not there): nothing was generated."""
+    ended = running.ended
+    if ended is None:
+        return 0
+    row = ended.prediction
+    if row.status is Status.FAILED and not row.completion_tokens:
+        return 0
+    return (row.prompt_tokens or 0) + (row.completion_tokens or 0)
+
+
 async def begin(
     params: GenerationInput,
     *,
@@ -71,9 +87,12 @@ async def begin(
     prompt_only: bool = False,
     key_name: str | None = None,
     prompts: list[PromptInput] | None = None,
+    reserve: Callable[[int], Callable[[int], None]] | None = None,
 ) -> Started:
     """Start a prediction; `on_start` sees it before its first event is awaited. `prompts`:
-    the completions' prompts (a list, or token ids), each with `n` choices, prompt-major."""
+    the completions' prompts (a list, or token ids), each with `n` choices, prompt-major.
+    `reserve`: the key's tokens per minute (rate_limit.py), given the most this request may
+    use (429 when they do not fit); what it returns is called with the usage at the end."""
     try:
         context = await loader.get()
     except TritonUnavailableError as error:
@@ -101,15 +120,24 @@ async def begin(
         every.append(prepared.with_adapter(adapter) if adapter is not None else prepared)
     # The row counts every prompt's tokens (OpenAI's and vLLM's usage for a list of prompts).
     lead = replace(every[0], prompt_tokens=sum(each.prompt_tokens for each in every))
-    running = predictions.start(
-        lead,
-        tokenizer=context.tokenizer,
-        source=source,
-        model=context.model_name,
-        sent=sent,
-        extra=[each.choice(index) for each in every for index in range(n)][1:],
-        key_name=key_name,
-    )
+    # The most it may use: the prompts, and max_tokens for each choice of each.
+    most = lead.prompt_tokens + n * sum(each.request.max_tokens for each in every)
+    settle = reserve(most) if reserve is not None else _free
+    try:
+        running = predictions.start(
+            lead,
+            tokenizer=context.tokenizer,
+            source=source,
+            model=context.model_name,
+            sent=sent,
+            extra=[each.choice(index) for each in every for index in range(n)][1:],
+            key_name=key_name,
+        )
+    except BaseException:
+        settle(0)  # refused (MAX_CONCURRENT_REQUESTS): it used nothing
+        raise
+    if running.producer is not None:  # the producer ends it, whatever ends it
+        running.producer.add_done_callback(lambda _: settle(_used(running)))
     rest = running.events()
     try:
         on_start(running)
@@ -118,7 +146,7 @@ async def begin(
         running.cancel("its request failed before the first event")
         raise
     if isinstance(first, Ended) and first.retryable:
-        if ENGINE_QUEUE_FULL in (first.prediction.error or ""):
+        if queue_full(first.prediction.error or ""):
             refusal = ApiError(
                 429,
                 f"the engine's queue is full (MAX_QUEUE_SIZE); prediction {running.id} was "

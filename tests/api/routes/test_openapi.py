@@ -53,7 +53,7 @@ EXPECTED: dict[tuple[str, str], tuple[dict[str, set[str]], set[str]]] = {
     ("GET", "/v1/files/{file_id}"): ({"200": {JSON}}, {"401", "404"}),
     ("GET", "/v1/files/{file_id}/content"): ({"200": {"application/jsonl"}}, {"401", "404"}),
     ("DELETE", "/v1/files/{file_id}"): ({"200": {JSON}}, {"401", "404"}),
-    ("POST", "/v1/batches"): ({"200": {JSON}}, {"400", "401", "404", "413"}),
+    ("POST", "/v1/batches"): ({"200": {JSON}}, {"400", "401", "404", "413", "429"}),
     ("GET", "/v1/batches"): ({"200": {JSON}}, {"400", "401"}),
     ("GET", "/v1/batches/{batch_id}"): ({"200": {JSON}}, {"401", "404"}),
     ("POST", "/v1/batches/{batch_id}/cancel"): ({"200": {JSON}}, {"401", "404"}),
