@@ -6,6 +6,8 @@ test_rate_limit.py)."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from tritonbox_testing.api_process import RunningApi, launch_api
 
 MODEL = "SmolLM2-135M-Instruct"  # the session's default model (the synthetic engine's name)
-KEYS = "slow:use:slow-key:rpm=5,tok:use:tok-key:tpm=200,free:use:free-key"
+KEYS = "slow:use:slow-key:rpm=5,tok:use:tok-key:tpm=200,free:use:free-key,bat:use:bat-key:rpm=3"
 RATE_HEADERS = ("limit", "remaining", "reset")
 
 
@@ -111,3 +113,35 @@ def test_past_its_tokens_per_minute_a_key_gets_429_and_unused_tokens_come_back(
     assert "Retry-After" not in large.headers
     # Another key meanwhile: served.
     assert _post(limited_api, "free-key", path, body).status_code == 200
+
+
+def test_a_batchs_lines_are_not_metered(limited_api: RunningApi) -> None:
+    """Creating the batch is a request of the key's; its lines (more than the key's requests per
+    minute here) run in the room live requests leave, unrefused."""
+    auth = {"Authorization": "Bearer bat-key"}
+    lines = [
+        {"custom_id": f"line-{i}", "method": "POST", "url": "/v1/completions",
+         "body": {"model": MODEL, "prompt": "Hello", "max_tokens": 2}}
+        for i in range(4)
+    ]  # fmt: skip
+    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    with httpx.Client(base_url=limited_api.url, headers=auth, timeout=60) as client:
+        upload = client.post(
+            "/v1/files",
+            files={"file": ("in.jsonl", content, "application/jsonl")},
+            data={"purpose": "batch"},
+        )
+        assert upload.status_code == 200, upload.text
+        body = {"input_file_id": upload.json()["id"], "endpoint": "/v1/completions",
+                "completion_window": "24h"}  # fmt: skip
+        created = client.post("/v1/batches", json=body)
+        assert created.status_code == 200, created.text
+        assert created.headers["x-ratelimit-limit-requests"] == "3"
+        deadline = time.monotonic() + 120
+        while (batch := client.get(f"/v1/batches/{created.json()['id']}").json())["status"] in (
+            "validating", "in_progress", "finalizing",
+        ):  # fmt: skip
+            assert time.monotonic() < deadline, batch
+            time.sleep(0.2)
+    assert batch["status"] == "completed", batch
+    assert batch["request_counts"]["completed"] == 4, batch
