@@ -21,10 +21,10 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult, service_pb2
-from tritonclient.grpc._utils import _get_inference_request
 
 from tritonbox_common.request_tensors import (
     GenerationRequest,
@@ -32,6 +32,7 @@ from tritonbox_common.request_tensors import (
     build_inputs,
     input_tensor,
 )
+from tritonbox_common.triton_private import inference_request
 
 __all__ = ["Chunk", "Generation", "GenerationRequest", "LoraInputs", "TritonLLMClient",
            "TritonRequestError", "build_inputs"]  # fmt: skip
@@ -163,19 +164,21 @@ class TritonLLMClient:
 
     def __init__(self, url: str) -> None:
         self._client = grpcclient.InferenceServerClient(url=url, channel_args=_channel_args())
-        # Triton's ModelStreamInfer is a bidirectional stream, but every call here sends one
-        # request and then closes its side, so it is called as unary-stream: the request, its
-        # metadata and the close leave together, one turn of the event loop after the call is
-        # made. As a bidirectional stream they took three (start the call; its metadata sent;
-        # the write), each behind whatever else the loop had to do, which under a burst of
-        # requests through the api is the other requests' routes. Measured at 4 streams
-        # through the api: from the call to the engine's queue 4.96 → 2.71 ms (median), 20.7 →
-        # 7.2 ms (90th percentile).
-        self._stream_infer = self._client._channel.unary_stream(
+        # The streams' own channel, made with gRPC's public API (tritonclient's is private);
+        # with the same target and options it shares tritonclient's connection (gRPC pools a
+        # process's subchannels). Triton's ModelStreamInfer is a bidirectional stream, but
+        # every call here sends one request and then closes its side, so it is called as
+        # unary-stream: the request, its metadata and the close leave together, one turn of
+        # the event loop after the call is made. As a bidirectional stream they took three
+        # (start the call; its metadata sent; the write), each behind whatever else the loop
+        # had to do, which under a burst of requests through the api is the other requests'
+        # routes. Measured at 4 streams through the api: from the call to the engine's queue
+        # 4.96 → 2.71 ms (median), 20.7 → 7.2 ms (90th percentile).
+        self._channel = grpc.aio.insecure_channel(url, options=_channel_args())
+        self._stream_infer = self._channel.unary_stream(
             STREAM_INFER,
             request_serializer=service_pb2.ModelInferRequest.SerializeToString,
             response_deserializer=service_pb2.ModelStreamInferResponse.FromString,
-            _registered_method=True,
         )
 
     @property
@@ -184,6 +187,7 @@ class TritonLLMClient:
         return self._client
 
     async def close(self) -> None:
+        await self._channel.close()
         await self._client.close()
 
     async def is_ready(self, model: str = "ensemble") -> bool:
@@ -201,15 +205,8 @@ class TritonLLMClient:
         inputs: list[InferInput],
         outputs: list[InferRequestedOutput] | None = None,
     ) -> Any:
-        message = _get_inference_request(
-            model_name=model, inputs=inputs, model_version="", request_id=request_id,
-            outputs=outputs or None, sequence_id=0, sequence_start=False, sequence_end=False,
-            priority=0, timeout=None, parameters=None,
-        )  # fmt: skip
-        # The public stream_infer() refuses "triton_*" parameters, and this one is what makes
-        # the end of a decoupled stream visible; tritonclient is pinned, so the helper is stable.
-        message.parameters["triton_enable_empty_final_response"].bool_param = True
-        return self._stream_infer(message)
+        # Built by tritonclient's private helper, kept apart in triton_private.py (why there).
+        return self._stream_infer(inference_request(model, request_id, inputs, outputs))
 
     async def stream(
         self, request: GenerationRequest, *, stop_on_exit: bool = True, with_text: bool = True
