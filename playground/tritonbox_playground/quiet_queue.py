@@ -6,8 +6,14 @@ kept ~5% of a core busy with nobody on the page (issue 22; docs/playground.md ha
 Only two things can give the dispatcher work: an event pushed onto the queue, or a running job
 ending (it frees a worker and a concurrency slot). Here both set an `asyncio.Event` the loop
 waits on; the progress loop sleeps until a job starts. The dispatch body is gradio's own, copied
-unchanged; tests/playground/test_quiet_queue.py pins gradio's source of both loops, so a gradio
-upgrade that changes them fails a test instead of silently running stale code.
+unchanged.
+
+The playground's one use of gradio's private API (`Blocks._queue`, the instance's `__class__`,
+the Queue's internals), kept for what it measures: an idle server 4.5% -> 0.25% of a core
+(scripts/benchmarks/private_apis.py; docs/dependencies.md). gradio has no public way to change
+the loops. tests/playground/test_quiet_queue.py pins gradio's version and the source of both
+loops, so an upgrade that changes them fails a test, naming the version, instead of silently
+running stale code.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from typing import Any
 import gradio as gr
 from gradio.queueing import Event, Queue
 from gradio.utils import run_coro_in_background, set_task_name
+
+GRADIO_PIN = "6.31.0"  # requirements/playground.txt: the gradio whose loops are copied here
 
 
 class QuietQueue(Queue):

@@ -7,8 +7,10 @@ import asyncio
 import hashlib
 import inspect
 import os
+import re
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import gradio as gr
@@ -18,20 +20,42 @@ from gradio_client import Client
 from tritonbox_testing.playground_process import launch_playground
 from tritonbox_testing.ports import free_port
 
-from tritonbox_playground.quiet_queue import QuietQueue, quieten
+from tritonbox_playground.quiet_queue import GRADIO_PIN, QuietQueue, quieten
 
+REPO = Path(__file__).resolve().parents[2]
 # gradio 6.31's loops that QuietQueue replaces. A new gradio changes these hashes: re-read
 # gradio/queueing.py, carry its changes into quiet_queue.py, then update them here.
 GRADIO_LOOPS = {
     "start_processing": "d65be5a5cbed97d7",
     "start_progress_updates": "7cbbec1cf932324c",
 }
+UPGRADED = (
+    f"gradio {version('gradio')} is installed; quiet_queue.py copies gradio {GRADIO_PIN}'s "
+    "private Queue loops and swaps Blocks._queue's class: re-read gradio/queueing.py, carry its "
+    "changes into quiet_queue.py (or drop it if gradio's queue now waits for work), then move "
+    "GRADIO_PIN and the hashes here"
+)
+
+
+def test_gradio_is_the_pinned_version() -> None:
+    pinned = re.search(r"^gradio==(\S+)$", (REPO / "requirements/playground.txt").read_text(), re.M)
+    assert pinned and pinned.group(1) == GRADIO_PIN, "requirements/playground.txt moved the pin"
+    assert version("gradio") == GRADIO_PIN, UPGRADED
 
 
 def test_the_replaced_loops_are_the_ones_gradio_ships() -> None:
     for name, expected in GRADIO_LOOPS.items():
         source = inspect.getsource(getattr(Queue, name))
-        assert hashlib.sha256(source.encode()).hexdigest()[:16] == expected, name
+        assert hashlib.sha256(source.encode()).hexdigest()[:16] == expected, f"{name}: {UPGRADED}"
+
+
+def test_a_queued_blocks_holds_the_queue_quieten_swaps() -> None:
+    with gr.Blocks(analytics_enabled=False) as demo:
+        gr.Textbox()
+    demo.queue()
+    assert type(getattr(demo, "_queue", None)) is Queue, UPGRADED
+    quieten(demo)
+    assert isinstance(demo._queue, QuietQueue), UPGRADED
 
 
 def cpu_seconds(pid: int) -> float:
