@@ -10,11 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The routes a batch line may target: those whose answers are whole JSON objects.
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
-# OpenAI takes "24h" only; here any whole number of seconds, minutes or hours up to a week, so
-# that a short job can expire early (and a test need not wait a day).
-_WINDOW = re.compile(r"^([1-9][0-9]{0,5})([smh])$")
+# OpenAI takes "24h" only; here also a whole number of seconds, minutes or hours up to a week,
+# so that a short job can expire early (and a test need not wait a day). The pattern is the
+# whole rule (so the OpenAPI schema states it): 1-99999 s, 1-9999 m, 1-168 h.
+WINDOW_PATTERN = r"^(?:[1-9][0-9]{0,4}s|[1-9][0-9]{0,3}m|(?:[1-9][0-9]?|1[0-5][0-9]|16[0-8])h)$"
+_WINDOW = re.compile(WINDOW_PATTERN)
 _UNITS = {"s": 1, "m": 60, "h": 3600}
-MAX_WINDOW = timedelta(days=7)
 MAX_WINDOW_TEXT = "168h"
 MAX_METADATA = 16  # OpenAI's limits on metadata: pairs, key and value lengths
 MAX_KEY_CHARS, MAX_VALUE_CHARS = 64, 512
@@ -22,17 +23,12 @@ MAX_KEY_CHARS, MAX_VALUE_CHARS = 64, 512
 
 def window(text: str) -> timedelta:
     """A completion window ("24h", "90m", "30s") as a duration; ValueError if it is none."""
-    found = _WINDOW.match(text)
-    if found is None:
+    if _WINDOW.match(text) is None:
         raise ValueError(
-            f"completion_window: {text!r} is not a window: a whole number of s, m or h, as 24h"
+            f"completion_window: {text!r} is not a window: a whole number of s, m or h up to "
+            f"{MAX_WINDOW_TEXT}, as 24h"
         )
-    length = timedelta(seconds=int(found[1]) * _UNITS[found[2]])
-    if length > MAX_WINDOW:
-        raise ValueError(
-            f"completion_window: {text!r} is longer than {MAX_WINDOW_TEXT}, the longest taken"
-        )
-    return length
+    return timedelta(seconds=int(text[:-1]) * _UNITS[text[-1]])
 
 
 def epoch(moment: datetime | None) -> int | None:
@@ -123,19 +119,23 @@ class CreateBatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input_file_id: str = Field(max_length=64)
-    endpoint: str = Field(description="/v1/chat/completions or /v1/completions.")
-    completion_window: str = "24h"
-    metadata: dict[str, str] | None = None
+    endpoint: Literal["/v1/chat/completions", "/v1/completions"]
+    completion_window: str = Field(
+        default="24h",
+        description="24h, or a whole number of s (to 99999), m (to 9999) or h (to 168).",
+        json_schema_extra={"pattern": WINDOW_PATTERN},  # checked by `window`, named
+    )
+    metadata: dict[str, str] | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxProperties": MAX_METADATA,
+            "propertyNames": {"maxLength": MAX_KEY_CHARS},
+            "additionalProperties": {"type": "string", "maxLength": MAX_VALUE_CHARS},
+        },
+    )
     # OpenAI's newer expiry of the output files: taken, not applied (files are kept until
     # deleted here).
     output_expires_after: dict[str, Any] | None = None
-
-    @field_validator("endpoint")
-    @classmethod
-    def _served(cls, value: str) -> str:
-        if value not in ENDPOINTS:
-            raise ValueError(f"endpoint: {value!r} is not one of {', '.join(ENDPOINTS)}")
-        return value
 
     @field_validator("completion_window")
     @classmethod
