@@ -209,9 +209,12 @@ class RateLimitHeadersMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        # The dict the route's `request.state` writes to, made here if the server made none,
+        # so that a copy of the scope further in still shares it.
+        state = scope.setdefault("state", {})
 
         async def with_headers(message: Message) -> None:
-            metered = scope.get("state", {}).get(STATE)
+            metered = state.get(STATE)
             if message["type"] == "http.response.start" and isinstance(metered, Metered):
                 headers = MutableHeaders(scope=message)
                 for name, value in metered.limiter.buckets(metered.key).headers().items():
