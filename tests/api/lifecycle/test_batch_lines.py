@@ -107,3 +107,30 @@ def test_lines_wait_for_an_engine_that_went_away(make_stack: Callable[..., Any])
             assert sorted(map(str, every)) == [f"w{i}" for i in range(4)]
 
     asyncio.run(main())
+
+
+def test_live_requests_come_first(make_stack: Callable[..., Any]) -> None:
+    """BATCH_CONCURRENT_REQUESTS counts live and batch requests together: with it at 3 and two
+    live requests generating, one line runs at a time; the live ones are never refused."""
+
+    async def main() -> None:
+        async with make_stack(batch_concurrent_requests=3) as stack, client(stack) as api:
+            live = {"model": "fake-model", "prompt": "Hi", "max_tokens": 300, "stream": True}
+            streams = [stack.call("POST", "/v1/completions", live) for _ in range(2)]
+            for each in streams:
+                await each.wait_chunks(1)
+            batch = await submit(api, [line(f"b{i}", 20) for i in range(4)])
+            async with asyncio.timeout(30):
+                while len(stack.engine.active) < 3:  # a line started beside them
+                    await asyncio.sleep(0.01)
+                for _ in range(100):  # while both live requests run: never two lines at once
+                    assert len(stack.engine.active) <= 3, stack.engine.active
+                    await asyncio.sleep(0.01)
+            for each in streams:
+                each.disconnect.set()
+                await each.finish()
+                assert each.status == 200
+            done = await ended(api, batch["id"])
+            assert done["request_counts"] == {"total": 4, "completed": 4, "failed": 0}
+
+    asyncio.run(main())
