@@ -8,10 +8,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from tritonbox_triton.engine.admission import BurstWindow
 from tritonbox_triton.engine.params import EngineLimits
 from tritonbox_triton.engine.scheduler import InflightBatcher
 from tritonbox_triton.engine.stats import IterationStats
+from tritonbox_triton.engine.timings import DEFAULT_TIMINGS, EngineTimings
 from tritonbox_triton.engine.words import text_decoder
 
 
@@ -37,13 +37,13 @@ class RecordedEngine(NamedTuple):
 
 
 def recorded_engine(
-    model: Any, tokenizer: Any, *, max_batch_size: int, bursts: BurstWindow | None = None
+    model: Any, tokenizer: Any, *, max_batch_size: int, timings: EngineTimings = DEFAULT_TIMINGS
 ) -> RecordedEngine:
     """An engine over `model` (256 prompt tokens, 64 new ones, 10,000 cached) whose iterations
-    are recorded; not started. `bursts`: its admission window (None: the served one)."""
+    are recorded; not started. `timings`: its waits (timings.py; the served ones)."""
     steps = IterationRecorder()
     engine = InflightBatcher(
         model, text_decoder(tokenizer), EngineLimits(256, 64, 10_000),
-        max_batch_size=max_batch_size, observer=steps, bursts=bursts,
+        max_batch_size=max_batch_size, observer=steps, timings=timings,
     )  # fmt: skip
     return RecordedEngine(engine, steps)

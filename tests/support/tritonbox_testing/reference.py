@@ -47,6 +47,6 @@ def greedy_ids(
     model: Any, prompt: list[int], max_tokens: int, eos: int, **kwargs: Any
 ) -> list[int]:
     """Greedy generate()'s new ids, through the first `eos` when one came: the cpu engine sends
-    the end token that ended an answer too (scheduler.py, `_advance`)."""
+    the end token that ended an answer too (engine/responses.py, `Responses.advance`)."""
     ids, _ = greedy_generate(model, prompt, max_tokens, **kwargs)
     return ids[: ids.index(eos) + 1] if eos in ids else ids

@@ -8,18 +8,25 @@ from typing import Any
 import pytest
 from tritonbox_testing.engine_observer import recorded_engine
 
-from tritonbox_triton.engine.admission import SPLIT_FROM, BurstWindow, first_pass
+from tritonbox_triton.engine.admission import BurstWindow, first_pass
 from tritonbox_triton.engine.params import SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest
+from tritonbox_triton.engine.timings import DEFAULT_TIMINGS, EngineTimings
 
 EOS = 2
+SPLIT_FROM = DEFAULT_TIMINGS.split_from
 
 
-def _slow_motion() -> BurstWindow:
+def _slow_motion() -> EngineTimings:
     """The served window slowed tenfold: the engine tests' own timing (a late sleep, a step of a
     loaded machine) must not decide which requests share a prefill, only the window's logic."""
-    return BurstWindow(window_s=0.4, memory_s=30.0, quiet_s=0.08, wave_quiet_s=0.2,
-                       wave_window_s=0.8, wave_return_s=1.0)  # fmt: skip
+    return EngineTimings(window_s=0.4, memory_s=30.0, quiet_s=0.08, wave_quiet_s=0.2,
+                         wave_window_s=0.8, wave_return_s=1.0)  # fmt: skip
+
+
+def _window(**timings: Any) -> BurstWindow:
+    """A burst window with these timings, the others the served ones."""
+    return BurstWindow(EngineTimings(**timings))
 
 
 def _submitted(
@@ -50,7 +57,7 @@ def _wave_back(
 ) -> tuple[list[int], int]:
     """`count` requests that end together, then `count` back `gap_s` apart, on an engine of
     `batch` rows in slow motion: every prefill's size, and where the returning wave begins."""
-    engine, steps = recorded_engine(model, tokenizer, max_batch_size=batch, bursts=_slow_motion())
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=batch, timings=_slow_motion())
     params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
     prompt = list(tokenizer("The capital of France is")["input_ids"])
     engine.start()
@@ -64,14 +71,14 @@ def _wave_back(
 
 
 def test_requests_one_at_a_time_never_wait() -> None:
-    window = BurstWindow(window_s=0.02, memory_s=30.0)
+    window = _window(window_s=0.02, memory_s=30.0)
     for now in (10.0, 11.0, 12.5):
         window.arrived(now)
         assert window.wait_until(now, now) is None
 
 
 def test_after_a_burst_an_idle_engine_waits_until_the_window_closes() -> None:
-    window = BurstWindow(window_s=0.02, memory_s=30.0, quiet_s=1.0)
+    window = _window(window_s=0.02, memory_s=30.0, quiet_s=1.0)
     window.arrived(10.0)
     window.arrived(10.005)  # a burst
     window.arrived(20.0)
@@ -80,7 +87,7 @@ def test_after_a_burst_an_idle_engine_waits_until_the_window_closes() -> None:
 
 
 def test_a_quiet_gap_ends_the_wait_before_the_window_closes() -> None:
-    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008)
+    window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008)
     window.arrived(10.0)
     window.arrived(10.002)  # a burst
     window.arrived(20.0)
@@ -94,7 +101,7 @@ def test_a_quiet_gap_ends_the_wait_before_the_window_closes() -> None:
 
 
 def test_a_request_that_found_no_company_ends_the_waiting() -> None:
-    window = BurstWindow(window_s=0.02, memory_s=30.0)
+    window = _window(window_s=0.02, memory_s=30.0)
     window.arrived(10.0)
     window.arrived(10.005)
     window.arrived(12.0)
@@ -105,7 +112,7 @@ def test_a_request_that_found_no_company_ends_the_waiting() -> None:
 
 
 def test_a_wave_that_ended_together_is_expected_back_whole() -> None:
-    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
+    window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
                          wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
     window.ended(2, 10.0, idle=False)
     window.ended(1, 10.03, idle=True)  # three ended within the window: a wave of three
@@ -119,7 +126,7 @@ def test_a_wave_that_ended_together_is_expected_back_whole() -> None:
 
 
 def test_a_late_wave_waits_no_longer_than_its_window() -> None:
-    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
+    window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
                          wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
     window.ended(4, 10.0, idle=True)
     window.arrived(10.05)
@@ -129,7 +136,7 @@ def test_a_late_wave_waits_no_longer_than_its_window() -> None:
 
 
 def test_only_a_wave_that_ended_just_before_is_expected() -> None:
-    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_return_s=0.1)
+    window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_return_s=0.1)
     window.ended(1, 10.0, idle=False)
     window.ended(1, 10.05, idle=True)  # apart by more than the window: no wave
     window.arrived(10.051)
@@ -142,7 +149,7 @@ def test_only_a_wave_that_ended_just_before_is_expected() -> None:
 def test_a_burst_that_trickles_in_shares_one_prefill(
     model: Any, tokenizer: Any, make_sink: Any
 ) -> None:
-    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4, bursts=_slow_motion())
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=4, timings=_slow_motion())
     params = SamplingParams(max_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
     prompt = list(tokenizer("The capital of France is")["input_ids"])
     engine.start()
@@ -164,7 +171,7 @@ def test_a_wave_comes_back_to_one_prefill(model: Any, tokenizer: Any, make_sink:
 
 
 def test_a_large_wave_starts_once_one_more_than_half_of_it_is_in() -> None:
-    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
+    window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
                          wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
     window.ended(16, 10.0, idle=True)
     for index in range(9):
@@ -184,7 +191,7 @@ def test_the_first_pass_takes_one_more_than_half() -> None:
 
 
 def test_a_wave_smaller_than_the_split_is_waited_for_whole() -> None:
-    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
+    window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
                          wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
     window.ended(SPLIT_FROM - 1, 10.0, idle=True)
     window.arrived(10.01)
@@ -193,7 +200,7 @@ def test_a_wave_smaller_than_the_split_is_waited_for_whole() -> None:
 
 
 def test_a_burst_starts_once_one_more_than_half_a_batch_is_in() -> None:
-    window = BurstWindow(window_s=0.04, memory_s=30.0, quiet_s=1.0)
+    window = _window(window_s=0.04, memory_s=30.0, quiet_s=1.0)
     window.arrived(10.0)
     window.arrived(10.005)  # bursts come
     for index in range(8):

@@ -11,6 +11,7 @@ import pytest
 from tritonbox_triton.engine import heap, scheduler
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
+from tritonbox_triton.engine.timings import EngineTimings
 from tritonbox_triton.engine.words import text_decoder
 
 MIB = 2**20
@@ -30,9 +31,13 @@ def _long_prompts(tokenizer: Any, count: int, length: int) -> list[list[int]]:
 def test_an_idle_engine_returns_what_a_burst_of_long_prompts_freed(
     model: Any, tokenizer: Any, make_sink: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(scheduler, "IDLE_TRIM_S", 3.0)
+    timings = EngineTimings(idle_trim_s=3.0)
     engine = InflightBatcher(
-        model, text_decoder(tokenizer), EngineLimits(2048, 8, 100_000), max_batch_size=4
+        model,
+        text_decoder(tokenizer),
+        EngineLimits(2048, 8, 100_000),
+        max_batch_size=4,
+        timings=timings,
     )
     engine.start()
     try:
@@ -43,7 +48,7 @@ def test_an_idle_engine_returns_what_a_burst_of_long_prompts_freed(
         assert all(sink.done.wait(120) for sink in sinks)
         time.sleep(1.0)  # the engine has let go of the burst's buffers, and not trimmed yet
         held = _resident()
-        time.sleep(scheduler.IDLE_TRIM_S)
+        time.sleep(timings.idle_trim_s)
         after = _resident()
     finally:
         engine.stop()
@@ -62,10 +67,13 @@ def test_the_engine_trims_once_per_idle_spell(
         trims.append(time.monotonic())
         return True
 
-    monkeypatch.setattr(scheduler, "IDLE_TRIM_S", 0.2)
     monkeypatch.setattr(scheduler, "release_free_memory", count)
     engine = InflightBatcher(
-        model, text_decoder(tokenizer), EngineLimits(64, 8, 1_000), max_batch_size=2
+        model,
+        text_decoder(tokenizer),
+        EngineLimits(64, 8, 1_000),
+        max_batch_size=2,
+        timings=EngineTimings(idle_trim_s=0.2),
     )
     engine.start()
     try:

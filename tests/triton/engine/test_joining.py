@@ -30,13 +30,13 @@ def _engine(
 def _passes(engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the engine's shared prefill passes, as they are run."""
     sizes: list[int] = []
-    prefill = engine._prefill_shared
+    prefill = engine._batch.prefill_shared
 
     def recorded(requests: Any, copies: int = 1) -> None:
         sizes.append(len(requests))
         prefill(requests, copies)
 
-    monkeypatch.setattr(engine, "_prefill_shared", recorded)
+    monkeypatch.setattr(engine._batch, "prefill_shared", recorded)
     return sizes
 
 
@@ -45,14 +45,14 @@ def test_a_prefills_first_tokens_all_leave_before_its_keys_are_copied(
 ) -> None:
     engine, _, request = _engine(model, tokenizer)
     sinks = [make_sink() for _ in range(3)]
-    copies = engine._kv.add_prefilled
+    copies = engine._batch.kv.add_prefilled
     sent_when_copied: list[list[int]] = []
 
     def add_prefilled(*sequences: Any) -> None:
         sent_when_copied.append([len(sink.tokens) for sink in sinks])
         copies(*sequences)
 
-    monkeypatch.setattr(engine._kv, "add_prefilled", add_prefilled)
+    monkeypatch.setattr(engine._batch.kv, "add_prefilled", add_prefilled)
     for sink in sinks:
         engine.submit(request(sink))
     engine.run_once()  # not started: this thread runs one iteration, the prefill and a step
@@ -66,14 +66,14 @@ def test_requests_that_came_during_a_prefill_take_theirs_before_the_step(
     """They join the running ones' step rather than waiting a step of their own."""
     engine, steps, request = _engine(model, tokenizer)
     first, later = make_sink(), make_sink()
-    prefill = engine._prefill_shared
+    prefill = engine._batch.prefill_shared
 
     def arriving_meanwhile(requests: Any, copies: int = 1) -> None:
         if later.calls == 0 and not any(r.sink is later for r in requests):
             engine.submit(request(later))
         prefill(requests, copies)
 
-    monkeypatch.setattr(engine, "_prefill_shared", arriving_meanwhile)
+    monkeypatch.setattr(engine._batch, "prefill_shared", arriving_meanwhile)
     engine.submit(request(first))
     engine.run_once()
     assert (len(first.tokens), len(later.tokens)) == (2, 2)  # their first and one step's
@@ -112,7 +112,7 @@ def test_a_large_rest_is_split_again_before_the_step(
     """A wave larger than the one expected (8 came back last time, 16 now): its first pass is
     the expected wave's, and the 11 left are split as a wave of their own, all before the step."""
     engine, steps, request = _engine(model, tokenizer, 16)
-    monkeypatch.setattr(engine._bursts, "first_pass_size", lambda *_: 5)  # first_pass(8)
+    monkeypatch.setattr(engine._queue.bursts, "first_pass_size", lambda *_: 5)  # first_pass(8)
     sizes = _passes(engine, monkeypatch)
     for sink in [make_sink() for _ in range(16)]:
         engine.submit(request(sink))

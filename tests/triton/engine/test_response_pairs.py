@@ -1,4 +1,5 @@
-"""From `PAIRS_FROM` running sequences on, tokens leave in pairs; first and last at once."""
+"""From `pairs_from` running sequences on (timings.py), tokens leave in pairs; first and last
+at once."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from typing import Any
 from tritonbox_testing.engine_observer import recorded_engine
 
 from tritonbox_triton.engine.params import SamplingParams
-from tritonbox_triton.engine.scheduler import PAIRS_FROM, EngineFinish, EngineRequest
+from tritonbox_triton.engine.scheduler import EngineFinish, EngineRequest
+from tritonbox_triton.engine.timings import DEFAULT_TIMINGS
 
 EOS = 2
+PAIRS_FROM = DEFAULT_TIMINGS.pairs_from
 
 
 def _chunks(model: Any, tokenizer: Any, make_sink: Any, rows: int, **asked: Any) -> list[Any]:

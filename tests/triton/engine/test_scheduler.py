@@ -1,8 +1,5 @@
 """The in-flight batcher with the real default model, in-process (the Triton glue is tested
 against the real server under tests/triton/server).
-
-Longer than 250 lines because every scheduling rule is checked against the real model, sharing one
-loaded model.
 """
 
 from __future__ import annotations
@@ -231,7 +228,7 @@ def test_cancelled_request_stops_within_one_step(
     assert cancelled.cancelled
     assert cancelled.finish is None
     # No token was produced after the engine saw the cancellation (it asks the client every
-    # CANCEL_CHECK_S, not every step: each question is a round trip to Triton).
+    # cancel_check_s, not every step: each question is a round trip to Triton).
     assert len(cancelled.tokens) == cancelled.tokens_when_cancel_seen
     assert 3 <= len(cancelled.tokens) < 30
     assert neighbour.finish is not None and len(neighbour.tokens) > 3

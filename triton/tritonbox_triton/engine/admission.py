@@ -6,9 +6,9 @@ api and the preprocessing model first, and a burst of 16 sent straight to Triton
 10–35 ms, the first one ~7 ms ahead of the rest (through the api, which admits them in turn on
 its event loop, more spread out). An idle engine that prefills whatever has arrived prefills the
 first request alone and the rest together: two passes of the weights instead of one, and the
-rest wait for both. So while requests have lately come in bursts (two within `WINDOW_S` of each
-other in the last `MEMORY_S`), an idle engine lets the rest of a burst join the first one's
-prefill: it waits until no request has arrived for `QUIET_S`, or until `WINDOW_S` after the
+rest wait for both. So while requests have lately come in bursts (two within `window_s` of each
+other in the last `memory_s`), an idle engine lets the rest of a burst join the first one's
+prefill: it waits until no request has arrived for `quiet_s`, or until `window_s` after the
 first one arrived, whichever comes first, so a wave that has all arrived starts a few
 milliseconds after its last request. A request that waited and found no company ends the
 waiting: requests that come one at a time do not wait (after the first of them, once), so a
@@ -19,8 +19,8 @@ front end, a load generator, any closed loop) send their next requests as their 
 and through the api those arrive over ~25 ms, the first a few ms ahead of the others, so an
 8 ms quiet gap split such a wave into a lone prefill and one for the rest (the rest then waited
 for both). So when the batch empties with several requests ending in one step, the engine
-expects as many back: when the first of them arrives within `WAVE_RETURN_S` of that step, it
-waits for the rest with the longer `WAVE_QUIET_S` gap, up to `WAVE_WINDOW_S` after the first,
+expects as many back: when the first of them arrives within `wave_return_s` of that step, it
+waits for the rest with the longer `wave_quiet_s` gap, up to `wave_window_s` after the first,
 and starts the moment the last of them has arrived rather than after a quiet gap. Through the
 api a wave of 16 reached the engine 50–75 ms after its predecessor ended, sometimes its first
 request ~33 ms ahead of the rest (the first prediction row is written alone, the others then
@@ -33,56 +33,44 @@ prefilled in two. A pass costs a fixed part and a part per prompt (the AMX machi
 request waiting for all the others' share of it. Of a wave of N, a first pass of n and a second of
 the rest give the wave its least mean time to first token at n = N/2 + fixed / (2 x per prompt):
 N/2 + 1 to 1.7 on both machines, so the first pass takes one more than half (9 of 16, 5 of 8).
-From `SPLIT_FROM` requests on (the wave's expected count; for a burst, whose size is unknown, the
+From `split_from` requests on (the wave's expected count; for a burst, whose size is unknown, the
 engine's batch) the wait ends once that many are in, and a first pass takes no more even when
 more are waiting; where fewer came before the wait ended, they are all there is, and the first
 pass is one more than half of them. The rest take the next passes right after it, before the
 decode step (split the same way where they are many: a wave that grew past the one expected).
 Of 16 at once on the AMD machine: 9 first tokens after ~110 ms and 7 after ~200, against all 16
 after ~175 in one pass (the mean ~150 against ~175; the last ~25 ms later, one pass's fixed
-cost; docs/cpu-engine-history.md, tenth round). Below `SPLIT_FROM` the second pass's fixed cost
+cost; docs/cpu-engine-history.md, tenth round). Below `split_from` the second pass's fixed cost
 outweighs the gain: a group is waited for and prefilled whole.
 
-Triton's own dynamic batcher has the same knob (`max_queue_delay_microseconds`), fixed.
+Triton's own dynamic batcher has the same knob (`max_queue_delay_microseconds`), fixed. The
+waits and `split_from` are `EngineTimings` fields (timings.py), with the case each is for.
 """
 
 from __future__ import annotations
 
 import math
 
-WINDOW_S = 0.04
-QUIET_S = 0.008
-WAVE_RETURN_S = 0.1
-WAVE_QUIET_S = 0.04
-WAVE_WINDOW_S = 0.08
-MEMORY_S = 30.0
-SPLIT_FROM = 8
+from .timings import DEFAULT_TIMINGS, EngineTimings
 
 
-def first_pass(expected: int) -> int:
+def first_pass(expected: int, split_from: int = DEFAULT_TIMINGS.split_from) -> int:
     """How many of `expected` requests an idle engine prefills in its first pass (and waits
-    for): all of a small group, one more than half of one of `SPLIT_FROM` or more."""
-    return expected if expected < SPLIT_FROM else expected // 2 + 1
+    for): all of a small group, one more than half of one of `split_from` or more."""
+    return expected if expected < split_from else expected // 2 + 1
 
 
 class BurstWindow:
     """Tells an idle engine until when to wait for the rest of a burst."""
 
-    def __init__(
-        self,
-        window_s: float = WINDOW_S,
-        memory_s: float = MEMORY_S,
-        quiet_s: float = QUIET_S,
-        wave_quiet_s: float = WAVE_QUIET_S,
-        wave_window_s: float = WAVE_WINDOW_S,
-        wave_return_s: float = WAVE_RETURN_S,
-    ) -> None:
-        self._window_s = window_s
-        self._quiet_s = quiet_s
-        self._wave_quiet_s = wave_quiet_s
-        self._wave_window_s = wave_window_s
-        self._wave_return_s = wave_return_s
-        self._memory_s = memory_s
+    def __init__(self, timings: EngineTimings = DEFAULT_TIMINGS) -> None:
+        self._window_s = timings.window_s
+        self._quiet_s = timings.quiet_s
+        self._wave_quiet_s = timings.wave_quiet_s
+        self._wave_window_s = timings.wave_window_s
+        self._wave_return_s = timings.wave_return_s
+        self._memory_s = timings.memory_s
+        self._split_from = timings.split_from
         self._last_arrival = -math.inf
         self._burst_seen = -math.inf
         self._wave_ended = -math.inf  # when the batch last emptied with several ending at once
@@ -112,10 +100,12 @@ class BurstWindow:
         should prefill: None for at once (no burst lately, or enough of the expected wave or of
         a burst as large as the engine's `batch` is in), else a time.monotonic() deadline."""
         if self._returning(first_arrival):
-            if waiting >= first_pass(self._expected):
+            if waiting >= first_pass(self._expected, self._split_from):
                 return None
             return min(first_arrival + self._wave_window_s, self._last_arrival + self._wave_quiet_s)
-        if now - self._burst_seen > self._memory_s or (batch and waiting >= first_pass(batch)):
+        if now - self._burst_seen > self._memory_s or (
+            batch and waiting >= first_pass(batch, self._split_from)
+        ):
             return None
         return min(first_arrival + self._window_s, self._last_arrival + self._quiet_s)
 
@@ -126,8 +116,10 @@ class BurstWindow:
         that count's first pass came before the wait ended, they are all that came, and
         `first_pass` of them."""
         expected = self._expected if self._returning(first_arrival) else batch
-        whole = max(expected, waiting) if waiting >= first_pass(expected) else waiting
-        return min(waiting, first_pass(whole))
+        whole = (
+            max(expected, waiting) if waiting >= first_pass(expected, self._split_from) else waiting
+        )
+        return min(waiting, first_pass(whole, self._split_from))
 
     def _returning(self, first_arrival: float) -> bool:
         """Whether a request that arrived at `first_arrival` opens the wave expected back. It may
