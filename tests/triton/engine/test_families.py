@@ -1,7 +1,8 @@
 """Every model family the engine writes out (engine/family.py) on a small model built from its
 transformers config (tritonbox_testing.families): the written-out step is used, and its answers
 are stock transformers' (eager attention, float32, one prompt at a time, nothing patched), with
-prompts and answers longer than the sliding windows, served together."""
+prompts and answers longer than the sliding windows, served together, with and without LoRA
+adapters."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from typing import Any
 
 import pytest
 import torch
+from peft import PeftModel
 from transformers import AutoModelForCausalLM
 from tritonbox_testing.families import FAMILIES, WINDOW, build
+from tritonbox_testing.lora import ALL, lora_inputs, make_adapter
 
 from tritonbox_triton.engine.attention import load_model
+from tritonbox_triton.engine.lora_cache import LoraCache, LoraResolver
+from tritonbox_triton.engine.lora_layers import attach_lora
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
 
@@ -73,3 +78,38 @@ def test_the_step_is_written_out_and_answers_as_stock_transformers(
         elif gap >= CLEAR_GAP:  # bfloat16 parts ways with float32 in time; not on a clear choice
             assert answer[0] == expected[0], prompt
     assert clear, "no prompt had a clear first token: the check compared nothing"
+
+
+def test_adapters_answer_as_peft_on_stock_transformers(
+    checkpoint: Path, tmp_path: Path, make_sink: Any
+) -> None:
+    """A LoRA adapter on every projection, beside a request on the bare base in one batch
+    (adapter batches take the model's forward: its windows and caps are windowed.py's)."""
+    folder = make_adapter(checkpoint, tmp_path / "adapter", 3, r=4, lora_alpha=64,
+                          target_modules=ALL)  # fmt: skip
+    model = load_model(checkpoint, torch.float32)
+    rows, dims, layers = attach_lora(model)
+    resolver = LoraResolver(LoraCache(1 << 30), dims, layers, max_rank=64)
+    engine = InflightBatcher(model, lambda ids: "", EngineLimits(256, 64, 4096),
+                             max_batch_size=4, lora_rows=rows)  # fmt: skip
+    engine.start()
+    try:
+        adapter = resolver.resolve(lora_inputs(folder))
+        sinks = {name: make_sink() for name in ("adapter", "base")}
+        params = SamplingParams(max_tokens=TOKENS, min_tokens=TOKENS, end_id=EOS, pad_id=0)
+        for name, sink in sinks.items():
+            lora = adapter if name == "adapter" else None
+            engine.submit(EngineRequest(PROMPTS[0], params, sink, [], [], lora=lora))
+        answers = {name: sink.wait(300).tokens for name, sink in sinks.items()}
+    finally:
+        engine.stop()
+    stock = AutoModelForCausalLM.from_pretrained(
+        checkpoint, dtype=torch.float32, attn_implementation="eager"
+    )
+    peft_model = PeftModel.from_pretrained(stock, str(folder)).eval()
+    with torch.inference_mode():
+        output = peft_model.generate(input_ids=torch.tensor([PROMPTS[0]]), max_new_tokens=TOKENS,
+                                     min_new_tokens=TOKENS, do_sample=False)  # fmt: skip
+    assert answers["adapter"] == output[0, len(PROMPTS[0]) :].tolist()
+    assert answers["base"] == stock_greedy(checkpoint, PROMPTS[0], TOKENS)[0]
+    assert answers["adapter"] != answers["base"]

@@ -85,7 +85,7 @@ def prefill_together(
     if len(prompts) < 2:
         raise ValueError("a shared prefill needs two prompts or more")
     ids, ends = right_padded(prompts)
-    cache = DynamicCache(config=model.config)
+    cache = DynamicCache()  # every key of every layer: windows are masked, not cut (windowed.py)
     hidden = model.model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
     logits = model.lm_head(hidden[torch.arange(len(prompts)), ends])
     return logits, own_layers(prefilled_layers(cache), prompts)

@@ -123,7 +123,7 @@ class RunningBatch:
         return self.fast_step is not None and self.fast_step.exact_for(len(request.prompt))
 
     def _prefill(self, request: EngineRequest) -> None:
-        cache = DynamicCache(config=self.model.config)
+        cache = DynamicCache()  # every layer keeps every key: windows are masked (windowed.py)
         # A lone prompt runs as two identical rows, as the twin reference generate() does: the
         # products' sums depend on the number of rows (oneDNN's over 32 rows, MKL's float32 ones
         # of an adapter at some counts), so a 34-token prompt alone rounds otherwise than twice.
