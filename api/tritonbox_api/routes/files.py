@@ -9,7 +9,7 @@ from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
 
 from tritonbox_api.db import batch_files
 from tritonbox_api.db.batches import BatchFile
-from tritonbox_api.deps import Guarded, ServicesDep, key_name
+from tritonbox_api.deps import Guarded, Limited, ServicesDep, key_name
 from tritonbox_api.protocol.batch_lines import content_lines
 from tritonbox_api.protocol.batches import FileDeleted, FileList, FileObject, epoch
 from tritonbox_api.protocol.errors import ApiError
@@ -43,20 +43,19 @@ def not_found(file_id: str) -> ApiError:
     return ApiError(404, f"file: no file {file_id!r}", type="not_found_error", param="file_id")
 
 
-@router.post("/files", response_model=FileObject, responses=errors(400, 413, notes={400: REFUSED}))
+@router.post(
+    "/files",
+    response_model=FileObject,
+    dependencies=Limited,  # one request per minute of the key's
+    responses=errors(400, 413, 429, notes={400: REFUSED}),
+)
 async def upload(
     request: Request,
     services: ServicesDep,
     file: Annotated[UploadFile, File(description="JSONL: one request a line.")],
-    purpose: Annotated[str, Form(description="`batch`.")],
+    purpose: Annotated[Literal["batch"], Form(description="`batch`: files are for batches.")],
 ) -> FileObject:
     """Upload a batch's input file (`purpose` batch): JSONL, each line a request."""
-    if purpose != "batch":
-        raise ApiError(
-            400,
-            f"purpose: {purpose!r}: this api keeps files for batches only (purpose batch)",
-            param="purpose",
-        )
     settings = services.settings
     content = await file.read(settings.max_batch_file_bytes + 1)
     if len(content) > settings.max_batch_file_bytes:

@@ -48,7 +48,7 @@ EXPECTED: dict[tuple[str, str], tuple[dict[str, set[str]], set[str]]] = {
     ("GET", "/v1/adapters/{name}"): ({"200": {JSON}}, {"401", "404", "422"}),
     ("DELETE", "/v1/adapters/{name}"): ({"200": {JSON}}, {"401", "403", "404", "422"}),
     ("GET", "/p/{prediction_id}"): ({"200": {HTML}, "404": {HTML}}, set()),
-    ("POST", "/v1/files"): ({"200": {JSON}}, {"400", "401", "413"}),
+    ("POST", "/v1/files"): ({"200": {JSON}}, {"400", "401", "413", "429"}),
     ("GET", "/v1/files"): ({"200": {JSON}}, {"400", "401"}),
     ("GET", "/v1/files/{file_id}"): ({"200": {JSON}}, {"401", "404"}),
     ("GET", "/v1/files/{file_id}/content"): ({"200": {"application/jsonl"}}, {"401", "404"}),
