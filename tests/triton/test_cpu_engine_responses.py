@@ -1,9 +1,10 @@
-"""How the cpu engine's model.py hands responses to Triton's response sender, run against a
-stand-in for `triton_python_backend_utils` whose sender does what the 24.10 stub's does inside
-`send`: it lets go of the GIL and drops the outputs the request did not ask for. The stub then
-frees a dropped tensor's numpy arrays without the GIL (python_backend #390), which corrupted the
-engine process's memory under load; so a response carries only what was asked for, and every
-tensor outlives the `send` call. (The served engine is exercised under tests/triton/server.)"""
+"""How the cpu engine's model hands responses to Triton's response sender
+(tritonbox_triton/cpu_model/responses.py), run against a stand-in for
+`triton_python_backend_utils` whose sender does what the 24.10 stub's does inside `send`: it lets
+go of the GIL and drops the outputs the request did not ask for. The stub then frees a dropped
+tensor's numpy arrays without the GIL (python_backend #390), which corrupted the engine process's
+memory under load; so a response carries only what was asked for, and every tensor outlives the
+`send` call. (The served engine is exercised under tests/triton/server.)"""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ import sys
 import types
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tritonbox_triton import cpu_model
 from tritonbox_triton.engine.params import SamplingParams
 from tritonbox_triton.engine.scheduler import EngineFinish
-from tritonbox_triton.render import templates_dir
 
 ALL_OUTPUTS = {"output_ids", "sequence_length", "cum_log_probs", "output_log_probs"}
 
@@ -67,8 +69,10 @@ def model_module(monkeypatch: pytest.MonkeyPatch) -> Any:
     fake.InferenceResponse = InferenceResponse  # type: ignore[attr-defined]
     fake.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake)
-    path = templates_dir() / "tensorrt_llm_cpu" / "1" / "model.py"
-    spec = importlib.util.spec_from_file_location("_tritonbox_test_cpu_engine_model", path)
+    # Loaded afresh under a name of its own, so that it binds this stand-in (the stub's module
+    # exists only inside Triton's Python backend).
+    path = Path(cpu_model.__file__).parent / "responses.py"
+    spec = importlib.util.spec_from_file_location("_tritonbox_test_cpu_responses", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -106,8 +110,8 @@ def test_a_tensor_the_sender_drops_is_freed_after_send_returns(model_module: Any
 
 def test_the_stop_reply_carries_only_the_outputs_asked_for(model_module: Any) -> None:
     sender = PruningSender({"output_ids"})
-    tensors = model_module._output_tensors(frozenset({"output_ids"}), [], [])
-    model_module._send_outputs(sender, tensors, 1)
+    tensors = model_module.output_tensors(frozenset({"output_ids"}), [], [])
+    model_module.send_outputs(sender, tensors, 1)
     assert sender.sent == [({"output_ids"}, 1)]
     assert [t.name() for t in tensors] == ["output_ids"]
     assert np.asarray(tensors[0]._array).shape == (1, 1, 0)

@@ -223,7 +223,7 @@ def test_client_cancellation_stops_generation(
         time.sleep(0.1)
     assert metric(metrics, cancelled_metric) == before + 1
     assert metric(metrics, ACTIVE) == 0
-    # The engine publishes its counters every FULL_UPDATE_S (0.5 s, tensorrt_llm_cpu/1/model.py)
+    # The engine publishes its counters every FULL_UPDATE_S (0.5 s, cpu_model/metrics.py)
     # and its active gauge at once: read the token count after one interval, then check that it
     # no longer moves.
     time.sleep(0.5 + 0.2)

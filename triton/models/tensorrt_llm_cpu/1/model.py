@@ -1,23 +1,15 @@
 """The cpu flavour of the `tensorrt_llm` step: a Hugging Face checkpoint, in-flight batched.
 
-This file is Triton glue only: it turns input tensors into `EngineRequest`s for the engine
-in `tritonbox_triton.engine` and the engine's tokens back into responses shaped like NVIDIA's
-tensorrtllm backend (`output_ids` [batch=1, beam=1, tokens], ...). Streaming responses carry only
-the new tokens; every request ends with one response flagged final, so no client waits on an
-empty final response that never comes.
-
-Longer than 250 lines because it maps every NVIDIA `tensorrt_llm` input and output onto the engine
-(the engine itself is tritonbox_triton.engine); Triton's Python backend loads one model.py per
-model.
+This file is Triton glue only: it reads the model's config, loads the model, and turns input
+tensors into `EngineRequest`s for the engine in `tritonbox_triton.engine`; the engine's tokens go
+back as responses shaped like NVIDIA's tensorrtllm backend's (`tritonbox_triton.cpu_model`,
+where Triton's Python backend stub, which ignores PYTHONPATH, finds the rest of this model).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import threading
-import time
-from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,6 +20,14 @@ import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
 from tritonbox_common.word_lists import decode_word_list
+from tritonbox_triton.cpu_model.metrics import TritonMetrics
+from tritonbox_triton.cpu_model.responses import (
+    FINAL,
+    CollectingSender,
+    TritonSink,
+    output_tensors,
+    send_outputs,
+)
 from tritonbox_triton.engine.attention import load_model
 from tritonbox_triton.engine.dtype import describe, engine_dtype
 from tritonbox_triton.engine.grammar import GUIDE_INPUT, GUIDE_TYPE_INPUT, GuideCompiler
@@ -36,23 +36,13 @@ from tritonbox_triton.engine.lora_layers import LoraRows, attach_lora
 from tritonbox_triton.engine.params import (
     EngineLimits,
     RequestError,
-    SamplingParams,
     prompt_ids,
     sampling_params,
 )
-from tritonbox_triton.engine.prompt_logprobs import PromptScores
-from tritonbox_triton.engine.scheduler import (
-    EngineFinish,
-    EngineRequest,
-    InflightBatcher,
-    TopLogprobs,
-)
-from tritonbox_triton.engine.stats import FAMILIES, IterationStats, nvidia_values
+from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
 from tritonbox_triton.engine.words import text_decoder
 from tritonbox_triton.parent_watch import watch_parent
 
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-OUTCOMES = ("stop", "length", "stop_word", "cancelled", "error")
 OPTIONAL_INPUTS = (
     "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list",
     "bad_words_list", "beam_width", "temperature", "runtime_top_k", "runtime_top_p",
@@ -63,225 +53,9 @@ OPTIONAL_INPUTS = (
 )  # fmt: skip
 
 
-def _output_tensors(
-    wanted: frozenset[str],
-    ids: list[int],
-    logprobs: list[float],
-    top: list[TopLogprobs] | None = None,
-    count: int = 0,
-    prompt: PromptScores | None = None,
-) -> list[Any]:
-    """One response's output tensors, only those the request asked for (`wanted`; empty: all).
-    Triton's stub drops the others inside `send`, after it let go of the GIL: this build's
-    tensor destructor then frees their numpy arrays without it (python_backend #390, fixed after
-    the 24.10 stub PyTriton 0.7.0 ships), which corrupted the stub's memory under load."""
-    tokens = np.asarray(ids, dtype=np.int32).reshape(1, 1, -1)
-    arrays = {
-        "output_ids": tokens,
-        "sequence_length": np.array([[tokens.shape[-1]]], dtype=np.int32),
-        "cum_log_probs": np.array([[float(np.sum(logprobs))]], dtype=np.float32),
-        "output_log_probs": np.asarray(logprobs, dtype=np.float32).reshape(1, 1, -1),
-    }
-    if top is not None:  # asked for (num_top_logprobs = count > 0): [batch, beam, tokens, N]
-        shape = (1, 1, -1, count)
-        arrays["top_token_ids"] = np.asarray([i for i, _ in top], np.int32).reshape(shape)
-        arrays["top_log_probs"] = np.asarray([p for _, p in top], np.float32).reshape(shape)
-    if prompt is not None:  # the prompt's scores (engine/prompt_logprobs.py), first response only
-        arrays |= prompt.tensors
-    return [
-        pb_utils.Tensor(name, array)
-        for name, array in arrays.items()
-        if not wanted or name in wanted
-    ]
-
-
-def _send_outputs(sender: Any, tensors: list[Any], flags: int) -> None:
-    """Send a response of `tensors`, which this frame keeps alive until `send` has returned: a
-    tensor the stub drops inside it (one the client did not ask for) then only loses a
-    reference there, and is freed here, under the GIL (`_output_tensors` says why)."""
-    sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
-
-
 def _word_list(tensors: dict[str, np.ndarray], name: str) -> list[list[int]]:
     array = tensors.get(name)
     return [] if array is None else decode_word_list(array.reshape(2, -1))
-
-
-class _CollectingSender:
-    """Stands in for a response sender when the model is not decoupled: keeps the one response."""
-
-    def __init__(self, request: Any) -> None:
-        self._request = request
-        self.response: Any = None
-        self.done = threading.Event()
-
-    def is_cancelled(self) -> bool:
-        return bool(self._request.is_cancelled())
-
-    def send(self, response: Any = None, flags: int = 0) -> None:
-        if response is not None:
-            self.response = response
-        if flags & FINAL:
-            self.done.set()
-
-
-class TritonSink:
-    """Sends one request's tokens back through Triton, streamed or as one final response."""
-
-    def __init__(
-        self,
-        sender: Any,
-        params: SamplingParams,
-        prompt: list[int],
-        later: ThreadPoolExecutor,
-        wanted: frozenset[str] = frozenset(),
-    ) -> None:
-        self._sender = sender
-        self._wanted = wanted  # the outputs the request asked for (`_output_tensors`)
-        self._later = later  # the one sending thread (TritonPythonModel.initialize says why)
-        self._params = params
-        self._ids: list[int] = [] if params.exclude_input_in_output else list(prompt)
-        self._logprobs: list[float] = []
-        self._top: list[TopLogprobs] | None = [] if params.num_top_logprobs else None
-        self._prompt: PromptScores | None = None  # sent with the next response, then dropped
-        self._cancelled = False
-        self._asking = False  # a question to tritonserver is queued on the sending thread
-
-    def _queue(self, send: Callable[[], None]) -> None:
-        """Run `send` (a response built and sent) on the sending thread."""
-
-        def run() -> None:
-            try:
-                send()
-            except Exception as error:  # the client may be gone; the engine must carry on
-                pb_utils.Logger.log_warn(f"could not send a response: {error}")
-
-        self._later.submit(run)
-
-    def _send(self, outputs: Callable[[], list[Any]], final: bool) -> None:
-        """Queue a response of `outputs()` (built on the sending thread too) for the client."""
-        sender, flags = self._sender, FINAL if final else 0
-        self._queue(lambda: _send_outputs(sender, outputs(), flags))
-
-    def _send_error(self, error: Any) -> None:
-        sender = self._sender
-        self._queue(lambda: sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL))
-
-    def is_cancelled(self) -> bool:
-        """Whether the client has left, as last asked. Asking is a round trip to tritonserver, so
-        it is asked on the sending thread and the answer read at the engine's next check (every
-        CANCEL_CHECK_S, engine/scheduler.py): a client that leaves is seen within two checks."""
-        if not self._asking:
-            self._asking = True
-            self._later.submit(self._ask)
-        return self._cancelled
-
-    def _ask(self) -> None:
-        try:
-            self._cancelled = bool(self._sender.is_cancelled())
-        except Exception as error:  # asked again at the next check
-            pb_utils.Logger.log_warn(f"could not ask whether the client left: {error}")
-        finally:
-            self._asking = False
-
-    def on_tokens(
-        self,
-        tokens: list[int],
-        logprobs: list[float],
-        finish: EngineFinish | None,
-        top: Sequence[TopLogprobs] = (),
-    ) -> None:
-        if self._params.streaming:
-            new_top = None if self._top is None else list(top)
-            count, prompt, self._prompt = self._params.num_top_logprobs, self._prompt, None
-            wanted = self._wanted
-            self._send(
-                lambda: _output_tensors(wanted, tokens, logprobs, new_top, count, prompt),
-                final=finish is not None,
-            )
-            return
-        self._ids += tokens
-        self._logprobs += logprobs
-        if self._top is not None:
-            self._top += top
-        if finish is not None:
-            top_count = self._params.num_top_logprobs
-            ids, logprobs_all, top_all, prompt = self._ids, self._logprobs, self._top, self._prompt
-            wanted = self._wanted
-            self._send(
-                lambda: _output_tensors(wanted, ids, logprobs_all, top_all, top_count, prompt),
-                final=True,
-            )
-
-    def on_prompt(self, scores: PromptScores) -> None:
-        self._prompt = scores
-
-    def on_error(self, message: str) -> None:
-        self._send_error(pb_utils.TritonError(message))
-
-    def on_cancelled(self) -> None:
-        self._send_error(pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED))
-
-
-# The request counts are set as soon as they change (they tell that a stopped request has left);
-# everything else at most this often, and once more when the engine falls idle. Each set is a
-# round trip to the Triton process, which on a loaded CPU costs milliseconds: a dozen per
-# iteration slowed every decode step, and with it every stop.
-FULL_UPDATE_S = 0.5
-IMMEDIATE = {("nv_trt_llm_request_metrics", "active"), ("nv_trt_llm_request_metrics", "waiting")}
-
-
-class TritonMetrics:
-    """Engine metrics on Triton's /metrics: TensorRT-LLM backend's gauge families (same names
-    and labels), plus token and outcome counters."""
-
-    def __init__(self, model: str, version: str) -> None:
-        gauge, counter = pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.COUNTER
-        # Triton invalidates a Metric once its family is garbage-collected: keep the families.
-        self._families = {
-            name: pb_utils.MetricFamily(name=name, description=description, kind=gauge)
-            for name, (description, _) in FAMILIES.items()
-        }
-        for name, description in (
-            ("tritonbox_engine_generated_tokens_total", "Tokens generated"),
-            ("tritonbox_engine_finished_requests_total", "Requests done, by outcome"),
-        ):
-            self._families[name] = pb_utils.MetricFamily(
-                name=name, description=description, kind=counter
-            )
-        labels = {"model": model, "version": version}
-        self._gauges = {
-            key: self._families[key[0]].Metric(labels={**labels, FAMILIES[key[0]][1]: key[1]})
-            for key in nvidia_values(IterationStats(0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
-        }
-        self._tokens = self._families["tritonbox_engine_generated_tokens_total"].Metric(labels={})
-        finished = self._families["tritonbox_engine_finished_requests_total"]
-        self._finished = {name: finished.Metric(labels={"outcome": name}) for name in OUTCOMES}
-        self._pending_tokens = 0
-        self._last: dict[tuple[str, str], float] = {}
-        self._full_at = 0.0
-        self._idle_written = False
-
-    def on_iteration(self, stats: IterationStats) -> None:
-        now = time.monotonic()
-        idle = not (stats.active or stats.waiting)
-        full = now - self._full_at >= FULL_UPDATE_S or (idle and not self._idle_written)
-        if full:
-            self._full_at, self._idle_written = now, idle
-            if self._pending_tokens:
-                self._tokens.increment(self._pending_tokens)
-                self._pending_tokens = 0
-        for key, value in nvidia_values(stats).items():
-            # Only changes: an idle engine iterates 20 times a second for nothing.
-            if (full or key in IMMEDIATE) and self._last.get(key) != value:
-                self._gauges[key].set(value)
-                self._last[key] = value
-
-    def on_tokens(self, count: int) -> None:
-        self._pending_tokens += count
-
-    def on_finished(self, outcome: str) -> None:
-        self._finished[outcome].increment(1)
 
 
 class TritonPythonModel:
@@ -364,7 +138,7 @@ class TritonPythonModel:
         if "stop" in tensors and bool(tensors["stop"].reshape(-1)[0]):
             # TensorRT-LLM's `stop`: end the running request that has this request's id.
             self._engine.stop_request(request.request_id())
-            _send_outputs(sender, _output_tensors(wanted, [], []), FINAL)
+            send_outputs(sender, output_tensors(wanted, [], []), FINAL)
             return
         try:
             prompt = prompt_ids(tensors, self._limits)
@@ -409,7 +183,7 @@ class TritonPythonModel:
                 self._submit(request, request.get_response_sender())
             return None
         # Not decoupled: Triton wants the responses back from this call, one per request.
-        senders = [_CollectingSender(request) for request in requests]
+        senders = [CollectingSender(request) for request in requests]
         for request, sender in zip(requests, senders, strict=True):
             self._submit(request, sender)
         for sender in senders:
