@@ -6,9 +6,6 @@ forever). Leaving the `async for` early, or cancelling the task, cancels the gRP
 sends TensorRT-LLM's `stop` for the request's id to the `tensorrt_llm` step: Triton 2.51 does
 not pass a gRPC cancellation on to the steps of an ensemble, so the engine would otherwise keep
 generating for nobody.
-
-Longer than 250 lines because the request's tensors, the stream, its cancellation and the
-channel's options make one client; split, each part would only serve the others.
 """
 
 from __future__ import annotations

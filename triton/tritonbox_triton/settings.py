@@ -2,9 +2,6 @@
 
 Every key is documented in `.env.example`. A key in `.env` that no service knows is an error
 (see `env_file.check_env_file`), so a typo cannot silently fall back to a default.
-
-Longer than 250 lines because it is the one typed list of every triton setting with its
-documentation, from which .env.example and docs/configuration.md are generated.
 """
 
 from __future__ import annotations
