@@ -5,7 +5,7 @@ takes the live route's every step; what differs is set here, in a context variab
 that runs the line (tasks it starts inherit it; no HTTP client can set one): the key the batch
 was created with stands in for the `Authorization` header (deps.require_api_key), the row gets
 the batch's id and the line's custom_id, and the slots it takes are the batch's, not the live
-requests' MAX_CONCURRENT_REQUESTS (service/predictions.py).
+requests' MAX_CONCURRENT_REQUESTS (service/admission.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ the app (batch_dispatch.py), records how it ended, and finishes batches whose li
 Live traffic first: a worker starts a line only while the engine requests running here, live
 and batch together, are fewer than its share of BATCH_CONCURRENT_REQUESTS; live requests are
 never held back by lines (they keep all MAX_CONCURRENT_REQUESTS slots: a line's slots are
-counted apart, service/predictions.py), so as live traffic grows the batch takes less.
+counted apart, service/admission.py), so as live traffic grows the batch takes less.
 
 Nothing lost, nothing twice: a line is claimed and ended by conditional UPDATEs
 (db/batch_claims.py). A line that the engine could not take (503: Triton down or restarting,

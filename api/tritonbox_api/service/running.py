@@ -1,8 +1,8 @@
 """A prediction while it runs, as its consumers see it: its events, and a way to ask it to stop.
 
 Consumers (a route's response, a POST cancel, a disconnect watcher, shutdown) never end a
-prediction themselves: `cancel()` only asks, and the prediction's producer task (see
-`PredictionService`) does the stopping, recording and releasing, once.
+prediction themselves: `cancel()` only asks, and the prediction's producer task
+(service/producer.py) does the stopping, recording and releasing, once.
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ def test_cancel_during_the_final_write_still_releases_everything(
     make_stack: Callable[..., Any],
 ) -> None:
     async def scenario(stack: Any) -> None:
-        writes = stack.services.predictions._writes  # the row's completion goes there
+        writes = stack.services.predictions._recorder.writes  # the row's completion goes there
         writing, release = asyncio.Event(), asyncio.Event()
         real_complete = writes.complete
 
@@ -173,7 +173,8 @@ def test_cancel_during_the_final_write_still_releases_everything(
         exchange = stack.call("POST", "/v1/predictions", body)
         await asyncio.wait_for(writing.wait(), 10)
         (prediction_id,) = stack.services.predictions.running_ids
-        running = stack.services.predictions._running[prediction_id]
+        running = stack.services.predictions.running(prediction_id)
+        assert running is not None
         cancel = asyncio.create_task(stack.services.predictions.cancel(prediction_id))
         await asyncio.sleep(0.01)
         assert running.producer is not None

@@ -1,0 +1,56 @@
+"""Which predictions run, and whether one more may start: MAX_CONCURRENT_REQUESTS' slots.
+
+A slot is one engine request, so a prediction of `n` choices takes `n` (it is `n` requests in
+the engine's batch and queue). Batch lines take none of these: their slots are the batch
+runner's (BATCH_MAX_RUNNING_LINES, service/batch_context.py), so a running batch never makes a
+live request get 429.
+"""
+
+from __future__ import annotations
+
+from tritonbox_api import metrics
+from tritonbox_api.protocol.errors import ApiError
+from tritonbox_api.service.batch_context import LineContext
+from tritonbox_api.service.running import RunningPrediction
+
+
+class Admission:
+    def __init__(self, max_concurrent: int) -> None:
+        self.max_concurrent = max_concurrent
+        # Every prediction from its start until its producer has cleaned up, batch lines too.
+        self.running: dict[str, RunningPrediction] = {}
+        self.live_slots = 0  # slots live requests hold now
+        self._batch_lines: set[str] = set()
+
+    def check(self, slots: int, line: LineContext | None) -> None:
+        """429 when `slots` more would take the live engine requests past MAX_CONCURRENT_REQUESTS.
+        Alone, a prediction runs whatever its `n` (never more than the routes' limit on `n`):
+        else it could never run at all."""
+        if line is None and self.live_slots and self.live_slots + slots > self.max_concurrent:
+            metrics.REJECTED.labels("overloaded").inc()
+            free = max(self.max_concurrent - self.live_slots, 0)
+            raise ApiError(
+                429,
+                f"the api is generating its maximum of {self.max_concurrent} predictions "
+                f"(MAX_CONCURRENT_REQUESTS; each choice of `n` takes one): {free} free, this "
+                f"request needs {slots}; retry shortly",
+                type="rate_limit_error",
+                headers={"Retry-After": "1"},
+            )
+
+    def admit(self, running: RunningPrediction, line: LineContext | None) -> None:
+        """Take `running`'s slots (none for a batch line); the producer gives them back."""
+        self.running[running.id] = running
+        if line is None:
+            self.live_slots += 1 + len(running.extra)
+        else:
+            self._batch_lines.add(running.id)
+
+    def release(self, running: RunningPrediction) -> None:
+        """Give back what `admit` took; a second call gives nothing back."""
+        if self.running.pop(running.id, None) is None:
+            return
+        if running.id in self._batch_lines:
+            self._batch_lines.discard(running.id)
+        else:
+            self.live_slots -= 1 + len(running.extra)
