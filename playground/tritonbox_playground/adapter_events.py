@@ -21,6 +21,7 @@ def wire_adapters(demo: gr.Blocks, page: Layout, api: ApiClient) -> None:
     """Register the events; call inside `gr.Blocks()`, after build_layout."""
     compare = page.compare
     pickers = [page.controls[ADAPTER], *(column[ADAPTER] for column in compare.columns)]
+    pickers.append(page.batch.controls[ADAPTER])
     names = gr.State([])  # the adapters the api listed when this page opened
 
     async def show() -> list[Any]:

@@ -79,6 +79,7 @@ class EngineLimits(BaseModel):
     max_output_tokens: int
     max_words: int
     max_word_chars: int
+    max_batch_lines: int | None = None  # None: an api from before batches
 
 
 @dataclass(frozen=True)
@@ -143,13 +144,18 @@ class ApiClient:
             "Is it running? Try again in a moment."
         )
 
-    async def _json(self, method: str, path: str, **options: Any) -> Any:
+    async def send(self, method: str, path: str, **options: Any) -> httpx.Response:
+        """Any route's answer (batch_client.py's too); failures as a PlaygroundError."""
         try:
             response = await self._client.request(method, path, **options)
         except httpx.TransportError as error:
             raise self._transport_error(error) from None
         if response.is_error:
             raise PlaygroundError(_error_message(response), status_code=response.status_code)
+        return response
+
+    async def _json(self, method: str, path: str, **options: Any) -> Any:
+        response = await self.send(method, path, **options)
         try:
             return response.json()
         except ValueError:

@@ -20,6 +20,8 @@ from tritonbox_playground.api_client import (
     PredictionView,
     RunStarted,
 )
+from tritonbox_playground.batch_app import wire_batch
+from tritonbox_playground.batch_tab import BATCH_FIELDS
 from tritonbox_playground.compare_app import wire_compare
 from tritonbox_playground.form import (
     FIELDS,
@@ -186,7 +188,6 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
             api_name="run",
             show_progress="minimal",
         )
-        run_event.then(list_recent, inputs=recent_source, outputs=recent, api_visibility="private")
         # Stop must not wait behind running generations: no concurrency limit of its own.
         page.stop_button.click(
             stop, api_name="stop", concurrency_limit=None, show_progress="hidden"
@@ -239,11 +240,10 @@ def create_app(settings: PlaygroundSettings, client: ApiClient | None = None) ->
         )
         demo.load(list_recent, inputs=recent_source, outputs=recent, api_visibility="private")
 
-        compare_run = wire_compare(page.compare, api, runs)
-        compare_run.then(
-            list_recent, inputs=recent_source, outputs=recent, api_visibility="private"
-        )
+        for ran in (run_event, wire_compare(page.compare, api, runs)):
+            ran.then(list_recent, inputs=recent_source, outputs=recent, api_visibility="private")
         wire_page_load(demo, page, api)
+        wire_batch(page.batch, [controls[name] for name in BATCH_FIELDS], api, api_url)
     demo.queue(default_concurrency_limit=settings.playground_concurrency)
     quieten(demo)  # no 1 ms poll while idle: quiet_queue.py says why
     return demo

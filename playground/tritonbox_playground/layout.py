@@ -14,6 +14,7 @@ import gradio as gr
 
 from tritonbox_common import parameters as p
 from tritonbox_playground import adapters
+from tritonbox_playground.batch_tab import BatchLayout, build_batch
 from tritonbox_playground.compare_layout import CompareLayout, build_compare
 from tritonbox_playground.form import (
     CHAT_MODE,
@@ -75,6 +76,7 @@ class Layout:
     open_button: Any
     tabs: Any
     compare: CompareLayout
+    batch: BatchLayout
 
     @property
     def form(self) -> list[Any]:
@@ -88,7 +90,7 @@ def build_layout(*, key_required: bool) -> Layout:
         "# TritonBox playground\n"
         "Try a prompt, see how the settings change the answer, and share the result: every "
         "run is saved with a permalink. **Compare settings** runs two or three settings side "
-        "by side."
+        "by side; **Batch** runs a whole file of prompts."
     )
     earlier = gr.State([])
     # Any: gradio adds the event methods (.change, .submit) at run time.
@@ -98,8 +100,10 @@ def build_layout(*, key_required: bool) -> Layout:
             parts = _run_tab(controls, key_required=key_required)
         with gr.Tab("Compare settings", id="compare", elem_id="compare_tab"):
             compare = build_compare()
+        with gr.Tab("Batch", id="batch", elem_id="batch_tab"):
+            batch = build_batch()
     recent_parts = recent_list()
-    return Layout(controls=controls, earlier=earlier, tabs=tabs, compare=compare,
+    return Layout(controls=controls, earlier=earlier, tabs=tabs, compare=compare, batch=batch,
                   **parts, **recent_parts)  # fmt: skip
 
 

@@ -29,6 +29,7 @@ def wire_page_load(demo: gr.Blocks, page: Layout, api: ApiClient) -> None:
     limited = [page.controls["prompt"], page.controls[p.MAX_TOKENS.name]]
     limited += [page.controls[p.MIN_TOKENS.name], compare.shared["prompt"]]
     limited += [column[p.MAX_TOKENS.name] for column in compare.columns]
+    limited += [page.batch.controls[p.MAX_TOKENS.name], page.batch.controls[p.MIN_TOKENS.name]]
 
     async def show_limits() -> list[Any]:
         """Every limit as this engine's number (the api knows it once Triton answers)."""
@@ -39,7 +40,7 @@ def wire_page_load(demo: gr.Blocks, page: Layout, api: ApiClient) -> None:
         prompt = gr.Textbox(info=prompt_hint(limits))
         tokens = gr.Number(info=hint(p.MAX_TOKENS, limits=limits))
         least = gr.Number(info=hint(p.MIN_TOKENS, limits=limits))
-        return [prompt, tokens, least, prompt, *(tokens for _ in compare.columns)]
+        return [prompt, tokens, least, prompt, *(tokens for _ in compare.columns), tokens, least]
 
     demo.load(show_limits, outputs=limited, api_name="limits")
 
