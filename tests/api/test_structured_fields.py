@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from tritonbox_api.protocol.errors import FieldError
 from tritonbox_api.protocol.openai import ChatCompletionRequest
 from tritonbox_api.routes.openai_errors import client_param
 
@@ -64,3 +65,18 @@ def test_an_engine_refusal_names_the_field_the_client_sent() -> None:
     for field, value in (("response_format", {"type": "json_object"}), ("guided_regex", "a")):
         sent = request(**{field: value})
         assert client_param("guided_decoding", sent, chat=True) == field
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"guided_json": "{"}, "guided_json"),
+        ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
+        ({"structured_outputs": {}}, "structured_outputs"),
+        ({"guided_choice": ["x" * 60_000, "y" * 60_000]}, "guided_choice"),  # too long a grammar
+    ],
+)
+def test_a_refusal_carries_the_client_s_field_as_data(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(FieldError) as raised:
+        request(**fields).guided_decoding()
+    assert raised.value.param == param and str(raised.value).startswith(f"{param}: ")

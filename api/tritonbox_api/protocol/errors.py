@@ -41,6 +41,16 @@ class ApiError(Exception):
         )
 
 
+class FieldError(ValueError):
+    """A request's field refused by a check the models make after validation: the field is
+    data (`param`), so the route that answers names it without reading the message."""
+
+    def __init__(self, param: str, reason: str) -> None:
+        super().__init__(f"{param}: {reason}")
+        self.param = param
+        self.reason = reason
+
+
 def invalid(param: str, message: str) -> ApiError:
     """422 for one bad field: `message` says the limit and the value."""
     return ApiError(422, f"{param}: {message}", param=param)

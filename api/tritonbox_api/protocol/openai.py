@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tritonbox_api.protocol.errors import FieldError
 from tritonbox_api.protocol.generation import MAX_MESSAGES, ChatMessage, GenerationInput
 from tritonbox_api.protocol.structured import StructuredFields
 from tritonbox_common import parameters as p
@@ -135,12 +136,13 @@ class CompletionRequest(_OpenAIRequest):
         """The parameters, with the first prompt's text (IDS_PLACEHOLDER for token ids)."""
         if self.max_tokens == 0 and not self.echo:
             # vLLM's answer too ("max_tokens must be at least 1"): nothing to return.
-            raise ValueError("max_tokens: must be at least 1 (0 only with echo), got 0")
+            raise FieldError("max_tokens", "must be at least 1 (0 only with echo), got 0")
         prompts = self.prompts()
         if len(prompts) * self.n > MAX_PROMPT_CHOICES:
-            raise ValueError(
-                f"prompt: {len(prompts)} prompts x n={self.n} is more than "
-                f"{MAX_PROMPT_CHOICES} choices a request"
+            raise FieldError(
+                "prompt",
+                f"{len(prompts)} prompts x n={self.n} is more than "
+                f"{MAX_PROMPT_CHOICES} choices a request",
             )
         first = prompts[0]
         return self._generation(prompt=first if isinstance(first, str) else IDS_PLACEHOLDER)
@@ -191,7 +193,7 @@ class ChatCompletionRequest(_OpenAIRequest):
         """None without log-probs, else how many alternatives; and the field that said so."""
         if not self.logprobs:
             if self.top_logprobs:
-                raise ValueError("top_logprobs: needs logprobs set to true")
+                raise FieldError("top_logprobs", "needs logprobs set to true")
             return None, "top_logprobs"
         return self.top_logprobs or 0, "top_logprobs"
 

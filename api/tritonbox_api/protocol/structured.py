@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tritonbox_api.protocol.errors import FieldError
 from tritonbox_common.guided import (
     MAX_GUIDE_CHARS,
     GuidedDecoding,
@@ -105,20 +106,20 @@ class StructuredFields(BaseModel):
         return asked[0] if asked else "response_format"
 
     def guided_decoding(self) -> GuidedDecoding | None:
-        """The engine's guide; ValueError "<field>: why" naming the client's field."""
+        """The engine's guide; FieldError naming the client's field."""
         asked = _asked(self)
         if not asked:
             return None
         if len(asked) > 1:
             names = ", ".join(name for name, _ in asked)
-            raise ValueError(
-                f"{asked[1][0]}: only one kind of structured output per request; got {names}"
+            raise FieldError(
+                asked[1][0], f"only one kind of structured output per request; got {names}"
             )
         name, (guide_type, guide) = asked[0]
         try:
             check_guide(guide_type, guide)
         except ValueError as error:
-            raise ValueError(f"{name}: {str(error).removeprefix('guide: ')}") from None
+            raise FieldError(name, str(error).removeprefix("guide: ")) from None
         return GuidedDecoding(guide_type=guide_type, guide=guide)  # type: ignore[arg-type]
 
 
@@ -127,16 +128,16 @@ def _schema(name: str, schema: dict[str, Any] | str) -> tuple[str, str]:
         try:
             parsed = json.loads(schema)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{name}: the schema is not JSON: {error}") from None
+            raise FieldError(name, f"the schema is not JSON: {error}") from None
     else:
         parsed = schema
     try:
         check_schema(parsed)
     except ValueError as error:
-        raise ValueError(f"{name}: {error}") from None
+        raise FieldError(name, str(error)) from None
     text = json.dumps(parsed, ensure_ascii=False)
     if len(text) > MAX_GUIDE_CHARS:
-        raise ValueError(f"{name}: the schema is longer than {MAX_GUIDE_CHARS} characters")
+        raise FieldError(name, f"the schema is longer than {MAX_GUIDE_CHARS} characters")
     return "json_schema", text
 
 
@@ -147,8 +148,13 @@ JSON_OBJECT = ("json_schema", json.dumps({"type": "object", "additionalPropertie
 
 def _choice(name: str, choices: Choice) -> tuple[str, str]:
     if any(not choice for choice in choices):
-        raise ValueError(f"{name}: every choice must be a non-empty string")
-    return "ebnf_grammar", choice_grammar(choices)
+        raise FieldError(name, "every choice must be a non-empty string")
+    grammar = choice_grammar(choices)
+    if len(grammar) > MAX_GUIDE_CHARS:  # the engine's guide would refuse it, naming no field
+        raise FieldError(
+            name, f"the choices make a grammar longer than {MAX_GUIDE_CHARS} characters"
+        )
+    return "ebnf_grammar", grammar
 
 
 def _asked(fields: StructuredFields) -> list[tuple[str, tuple[str, str | None]]]:
@@ -159,7 +165,7 @@ def _asked(fields: StructuredFields) -> list[tuple[str, tuple[str, str | None]]]
         asked.append(("response_format", JSON_OBJECT))
     elif response is not None and response.type == "json_schema":
         if response.json_schema is None:
-            raise ValueError("response_format: json_schema needs its `json_schema` object")
+            raise FieldError("response_format", "json_schema needs its `json_schema` object")
         asked.append(("response_format", _schema("response_format", response.json_schema.schema_)))
     if fields.guided_json is not None:
         asked.append(("guided_json", _schema("guided_json", fields.guided_json)))
@@ -187,6 +193,6 @@ def _asked(fields: StructuredFields) -> list[tuple[str, tuple[str, str | None]]]
         if outputs.json_object:
             kinds.append(("structured_outputs.json_object", JSON_OBJECT))
         if not kinds:
-            raise ValueError("structured_outputs: name one kind (json, regex, choice, grammar)")
+            raise FieldError("structured_outputs", "name one kind (json, regex, choice, grammar)")
         asked += kinds
     return asked

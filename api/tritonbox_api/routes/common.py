@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from fastapi import Request
 from starlette.types import Receive
 
-from tritonbox_api.db.models import Source
 from tritonbox_api.deps import Services, key_name, metered
-from tritonbox_api.protocol.generation import GenerationInput
-from tritonbox_api.service.prompts import PromptInput
+from tritonbox_api.service.options import GenerationOptions
 from tritonbox_api.service.runner import Started, begin
 from tritonbox_api.service.running import RunningPrediction
 
@@ -53,44 +50,19 @@ class DisconnectWatcher:
         self._task.cancel()
 
 
-async def start(
-    services: Services,
-    request: Request,
-    params: GenerationInput,
-    *,
-    source: Source,
-    sent: dict[str, Any],
-    stream: bool,
-    max_tokens_given: bool | None = None,
-    logprobs: int | None = None,
-    logprobs_field: str = "logprobs",
-    n: int = 1,
-    echo: bool = False,
-    prompt_only: bool = False,
-    prompts: list[PromptInput] | None = None,
-) -> Started:
+async def start(services: Services, request: Request, options: GenerationOptions) -> Started:
     """Begin a prediction that is cancelled as soon as its client disconnects."""
     watcher = DisconnectWatcher(request.receive)
     meter = metered(request)  # the key's tokens per minute, when it has a limit (Limited)
     try:
         return await begin(
-            params,
+            options,
             loader=services.engine_context,
             predictions=services.predictions,
             adapters=services.adapters,
             max_beam_width=services.settings.max_beam_width,
-            source=source,
-            sent=sent,
-            stream=stream,
             on_start=watcher.attach,
-            max_tokens_given=max_tokens_given,
-            logprobs=logprobs,
-            logprobs_field=logprobs_field,
-            n=n,
-            echo=echo,
-            prompt_only=prompt_only,
             key_name=key_name(request),
-            prompts=prompts,
             reserve=meter.reserve if meter is not None else None,
         )
     except BaseException:

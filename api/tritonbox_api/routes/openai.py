@@ -7,10 +7,11 @@ import json
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from tritonbox_api.db.models import Prediction, Source, Status
 from tritonbox_api.deps import Guarded, Limited, Services, ServicesDep
-from tritonbox_api.protocol.errors import ApiError, invalid, unavailable
+from tritonbox_api.protocol.errors import ApiError, FieldError, invalid, unavailable
 from tritonbox_api.protocol.openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -24,6 +25,7 @@ from tritonbox_api.routes.openai_shape import Shape, error_body
 from tritonbox_api.routes.openai_stream import sse
 from tritonbox_api.routes.responses import EVENT_STREAM, GENERATING, GUARDED, errors, streamed
 from tritonbox_api.routes.sse import EventStream
+from tritonbox_api.service.options import GenerationOptions
 from tritonbox_api.service.prompts import prompt_inputs
 from tritonbox_api.triton_gateway import TritonUnavailableError
 from tritonbox_common.guided import GUIDE_INPUT
@@ -68,44 +70,41 @@ async def _answer(
     adapter = await _adapter_of(services, body.model)
     try:
         params = body.generation()
-    except ValueError as error:
-        field = "max_tokens" if str(error).startswith("max_tokens: ") else "prompt"
-        raise invalid(field, str(error).removeprefix(f"{field}: ")) from None
+    except FieldError as error:
+        raise invalid(error.param, error.reason) from None
+    except ValidationError as error:  # the chat's text parts, joined, longer than a prompt
+        raise invalid("prompt", str(error)) from None
     prompts = None
     if isinstance(body, CompletionRequest):
         # Token ids checked against the vocabulary, and decoded for echo and the row.
         prompts = prompt_inputs(await services.engine_context.get(), body.prompts())
     try:
         top, top_field = body.top_logprobs_asked()
-    except ValueError as error:
-        raise ApiError(400, str(error), param=str(error).split(":")[0]) from None
-    try:
         guided = body.guided_decoding()
-    except ValueError as error:
-        raise ApiError(400, str(error), param=str(error).split(":")[0]) from None
+    except FieldError as error:
+        raise ApiError(400, str(error), param=error.param) from None
     if guided is not None:
         params = params.model_copy(update={"guided_decoding": guided})
     if adapter is not None:
         params = params.model_copy(update={"adapter": adapter})
     sent = body.model_dump(mode="json", exclude_unset=True, by_alias=True)  # `schema`, `json`
-    # `generation()` always sets max_tokens: whether the client did decides if the default may
-    # be clamped to the engine's MAX_OUTPUT_LEN.
-    given = "max_tokens" in sent or "max_completion_tokens" in sent
-    started = await start(
-        services,
-        request,
+    completion = body if isinstance(body, CompletionRequest) else None
+    options = GenerationOptions(
         params,
         source=Source.OPENAI,
-        sent=sent,
         stream=body.stream,
-        max_tokens_given=given,
+        sent=sent,
+        # `generation()` always sets max_tokens: whether the client did decides if the default
+        # may be clamped to the engine's MAX_OUTPUT_LEN.
+        max_tokens_given="max_tokens" in sent or "max_completion_tokens" in sent,
         logprobs=top,
         logprobs_field=top_field,
         n=body.n,
-        echo=isinstance(body, CompletionRequest) and body.echo,
-        prompt_only=isinstance(body, CompletionRequest) and body.prompt_only,
+        echo=completion is not None and completion.echo,
+        prompt_only=completion is not None and completion.prompt_only,
         prompts=prompts,
     )
+    started = await start(services, request, options)
     shape = Shape(chat, started)
     logprobs = None
     if top is not None:

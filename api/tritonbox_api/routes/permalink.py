@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
-from sqlmodel import Session
 
-from tritonbox_api.db import crud
-from tritonbox_api.db.models import Prediction
 from tritonbox_api.deps import ServicesDep
 from tritonbox_api.pages.permalink import render_not_found, render_permalink
 from tritonbox_api.routes.responses import TEXT
@@ -24,10 +21,7 @@ HTML = {"text/html": TEXT}
     responses={404: {"description": "No such prediction: a page saying so.", "content": HTML}},
 )
 async def permalink(prediction_id: str, services: ServicesDep) -> HTMLResponse:
-    def read(session: Session) -> Prediction | None:
-        return crud.get_prediction(session=session, id=prediction_id)
-
-    row = await services.database.read(read) if len(prediction_id) <= 64 else None
+    row = await services.predictions.get(prediction_id)
     if row is None:
         return HTMLResponse(render_not_found(prediction_id), status_code=404)
     settings = services.settings

@@ -17,6 +17,7 @@ from tritonbox_api.protocol.predictions import (
 )
 from tritonbox_api.routes.common import prediction_headers, start
 from tritonbox_api.routes.responses import GENERATING, GUARDED, TEXT, errors
+from tritonbox_api.service.options import GenerationOptions
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 
@@ -47,11 +48,10 @@ async def _text(started: Started) -> AsyncIterator[str]:
 )
 async def predict(body: PredictRequest, request: Request, services: ServicesDep) -> Response:
     """Plain-text chunks by default; `"stream": false` answers JSON with the whole output."""
-    params = body.model_copy()
-    sent = body.sent()
-    started = await start(
-        services, request, params, source=Source.PREDICT, sent=sent, stream=body.stream
+    options = GenerationOptions(
+        body.model_copy(), source=Source.PREDICT, stream=body.stream, sent=body.sent()
     )
+    started = await start(services, request, options)
     headers = prediction_headers(services, started.id)
     if body.stream:
         return StreamingResponse(

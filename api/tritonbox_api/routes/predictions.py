@@ -8,11 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
-from sqlmodel import Session
 
-from tritonbox_api.db import crud, pages
 from tritonbox_api.db.models import Prediction, Source, Status
-from tritonbox_api.db.workers import request_cancel
 from tritonbox_api.deps import Guarded, Limited, Services, ServicesDep
 from tritonbox_api.protocol.errors import ApiError, invalid
 from tritonbox_api.protocol.predictions import (
@@ -30,6 +27,7 @@ from tritonbox_api.routes.responses import (
     streamed,
 )
 from tritonbox_api.routes.sse import EventStream, frame
+from tritonbox_api.service.options import GenerationOptions
 from tritonbox_api.service.predictions import Ended
 from tritonbox_api.service.runner import Started
 
@@ -76,14 +74,10 @@ async def _sse(services: Services, started: Started) -> AsyncIterator[bytes]:
 async def create_prediction(
     body: PredictionCreate, request: Request, services: ServicesDep
 ) -> Response:
-    started = await start(
-        services,
-        request,
-        body.input,
-        source=Source(body.source),
-        sent=body.input.sent(),
-        stream=body.stream,
+    options = GenerationOptions(
+        body.input, source=Source(body.source), stream=body.stream, sent=body.input.sent()
     )
+    started = await start(services, request, options)
     headers = prediction_headers(services, started.id)
     if body.stream:
         return EventStream(_sse(services, started), headers=headers, ping=10)
@@ -102,13 +96,10 @@ async def list_predictions(
     status: Status | None = None,
     source: Source | None = None,
 ) -> PredictionList:
-    def read(session: Session) -> tuple[list[Prediction], str | None]:
-        return pages.list_predictions(
-            session=session, limit=limit, cursor=cursor, status=status, source=source
-        )
-
     try:
-        rows, next_cursor = await services.database.read(read)
+        rows, next_cursor = await services.predictions.page(
+            limit=limit, cursor=cursor, status=status, source=source
+        )
     except ValueError as error:
         raise invalid("cursor", str(error).removeprefix("cursor: ")) from None
     next_url = None
@@ -121,10 +112,7 @@ async def list_predictions(
 
 
 async def _get(services: Services, prediction_id: str) -> Prediction:
-    def read(session: Session) -> Prediction | None:
-        return crud.get_prediction(session=session, id=prediction_id)
-
-    row = await services.database.read(read) if len(prediction_id) <= 64 else None
+    row = await services.predictions.get(prediction_id)
     if row is None:
         raise ApiError(404, f"no prediction with id {prediction_id!r}", type="not_found_error")
     return row
@@ -143,8 +131,5 @@ async def get_prediction(prediction_id: str, services: ServicesDep) -> Predictio
 )
 async def cancel_prediction(prediction_id: str, services: ServicesDep) -> PredictionOut:
     """Cancel a running prediction (a finished one is returned as it is)."""
-    # The running registry first: a just-started prediction's row may not be written yet.
-    if not await services.predictions.cancel(prediction_id) and len(prediction_id) <= 64:
-        # Not running in this process: another api worker's, which acts on the row's mark.
-        await request_cancel(services.database, prediction_id)
+    await services.predictions.cancel_anywhere(prediction_id)
     return _out(services, await _get(services, prediction_id))

@@ -5,6 +5,7 @@
 (service/generation.py: exact text, stop words, log-probs) and then, whatever ended the stream,
 runs the clean-up once: the engine's `stop`, the row's completion, the slots and the in-flight
 gauge. `cancel` only asks the producer to stop and waits for it; nobody else ends a prediction.
+The saved predictions are read here too (`get`, `page`), so no route queries their rows itself.
 
 A prediction of several choices (OpenAI's `n`) runs one engine stream per choice side by side in
 that same producer; the clean-up stops each choice's engine request, and the row keeps every
@@ -17,8 +18,10 @@ import asyncio
 from typing import Any
 
 from tritonbox_api import metrics
-from tritonbox_api.db.models import Source
+from tritonbox_api.db import crud, pages
+from tritonbox_api.db.models import Prediction, Source, Status
 from tritonbox_api.db.session import Database
+from tritonbox_api.db.workers import request_cancel
 from tritonbox_api.service import batch_context, recording
 from tritonbox_api.service.admission import Admission
 from tritonbox_api.service.prepare import PreparedGeneration
@@ -28,6 +31,9 @@ from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.triton_gateway import TritonGateway
 
 __all__ = ["Ended", "Event", "PredictionService", "RunningPrediction"]
+
+# Longer than any prediction id (crud.new_prediction_id): such an id is not looked up.
+MAX_ID_CHARS = 64
 
 
 class PredictionService:
@@ -40,6 +46,7 @@ class PredictionService:
         log_predictions: bool = True,
     ) -> None:
         self._gateway = gateway
+        self._database = database
         self._recorder = Recorder(database, log_predictions=log_predictions)
         self._admission = Admission(max_concurrent)
 
@@ -101,6 +108,32 @@ class PredictionService:
         running.cancel(reason)
         await running.wait()
         return True
+
+    async def cancel_anywhere(self, prediction_id: str) -> None:
+        """Cancel it here when it runs here; else ask the api worker that runs it (it acts on
+        the row's mark), and wait a while for the row to end. Nothing when it runs nowhere."""
+        # The running registry first: a just-started prediction's row may not be written yet.
+        if not await self.cancel(prediction_id) and len(prediction_id) <= MAX_ID_CHARS:
+            await request_cancel(self._database, prediction_id)
+
+    async def get(self, prediction_id: str) -> Prediction | None:
+        """The saved prediction of that id, None when there is none."""
+        if len(prediction_id) > MAX_ID_CHARS:  # no id is that long: not worth a query
+            return None
+        return await self._database.read(
+            lambda session: crud.get_prediction(session=session, id=prediction_id)
+        )
+
+    async def page(
+        self, *, limit: int, cursor: str | None, status: Status | None, source: Source | None
+    ) -> tuple[list[Prediction], str | None]:
+        """Saved predictions, newest first, and the next page's cursor (db/pages.py);
+        ValueError for a cursor that is not one."""
+        return await self._database.read(
+            lambda session: pages.list_predictions(
+                session=session, limit=limit, cursor=cursor, status=status, source=source
+            )
+        )
 
     async def cancel_all(self) -> None:
         """Shutdown: ask every running prediction to stop, and wait for each to end."""

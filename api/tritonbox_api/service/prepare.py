@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tritonbox_api.protocol.errors import ApiError, invalid
-from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service import echo as echo_rules
 from tritonbox_api.service.adapters import AdapterSelection
 from tritonbox_api.service.engine_context import EngineContext
+from tritonbox_api.service.options import GenerationOptions
 from tritonbox_api.service.prompts import PromptInput, chat_prompt, prompt_ids
 from tritonbox_common import parameters as p
 from tritonbox_common.client import GenerationRequest
@@ -60,30 +60,24 @@ def _check_words(tokenizer: Any, field: str, words: list[str]) -> None:
 
 
 async def prepare(
-    params: GenerationInput,
+    options: GenerationOptions,
     context: EngineContext,
     *,
     max_beam_width: int,
-    stream: bool,
-    max_tokens_given: bool | None = None,
-    logprobs: int | None = None,
-    logprobs_field: str = "logprobs",
-    echo: bool = False,
-    prompt_only: bool = False,
-    source: PromptInput | None = None,
+    prompt_input: PromptInput | None = None,
 ) -> PreparedGeneration:
-    """`source`: the prompt when it is one of several or came as token ids (those go to the
-    engine as sent, prompts.py), instead of `params.prompt`. `max_tokens_given`: whether the
-    client chose max_tokens (by default, whether `params` has it set; a route that builds
-    `params` itself knows better). `logprobs`: return each
-    token's log-prob and (N > 0) its N most likely alternatives; `logprobs_field` is what the
-    client called N, for the error an engine without top log-probs gives.
+    """The engine request for `options`. `prompt_input`: the prompt when it is one of several
+    or came as token ids (those go to the engine as sent, prompts.py), instead of
+    `options.params.prompt`.
 
     The request is for the `tensorrt_llm` step itself, not the ensemble: the api has the
     prompt's ids already (it counts them) and decodes the output itself, so the ensemble's
     tokenising and per-token detokenising steps were paid for twice. Measured: half of Triton's
     CPU per token (docs/benchmark-direct-engine.md). The ensemble stays for Triton's own clients.
     """
+    params = options.params  # its max_tokens may be clamped below
+    logprobs, echo, prompt_only = options.logprobs, options.echo, options.prompt_only
+    max_tokens_given = options.max_tokens_given
     limit = context.info.max_output_len
     if max_tokens_given is None:
         max_tokens_given = "max_tokens" in params.model_fields_set
@@ -105,16 +99,16 @@ async def prepare(
             f"must be at most {max_beam_width} (MAX_BEAM_WIDTH of this engine), "
             f"got {params.beam_width}",
         )
-    if stream and params.beam_width > 1:
+    if options.stream and params.beam_width > 1:
         raise invalid("beam_width", "streaming needs beam_width 1; set stream to false")
     # The prompt's own top alternatives come from TensorRT-LLM's context logits (scored here),
     # so only generated tokens' are missing on an engine without top log-probs.
     if logprobs and not context.info.top_logprobs and not prompt_only:
         raise ApiError(
             400,
-            f"{logprobs_field}: this engine returns only the chosen token's log-prob "
+            f"{options.logprobs_field}: this engine returns only the chosen token's log-prob "
             f"(TensorRT-LLM 0.20 has no top log-probs); send 0, got {logprobs}",
-            param=logprobs_field,
+            param=options.logprobs_field,
         )
     if params.guided_decoding is not None and not context.info.guided_decoding:
         raise invalid(
@@ -123,15 +117,15 @@ async def prepare(
             "tokenizer info in its folder (docs/gpu.md, 'Guided decoding')",
         )
     echo_rules.check(context.info, echo=echo, logprobs=logprobs)
-    field = source.field if source is not None else "prompt"
+    field = prompt_input.field if prompt_input is not None else "prompt"
     if params.messages is not None:
         messages = [m.model_dump() for m in params.messages]
         prompt = chat_prompt(context.tokenizer, messages)
     else:
         assert params.prompt is not None  # the model validator guarantees one of them
-        prompt = params.prompt if source is None else source.text
-    if source is not None and source.ids is not None:
-        ids = source.ids  # checked against the vocabulary and MAX_INPUT_LEN already
+        prompt = params.prompt if prompt_input is None else prompt_input.text
+    if prompt_input is not None and prompt_input.ids is not None:
+        ids = prompt_input.ids  # checked against the vocabulary and MAX_INPUT_LEN already
     elif not prompt.strip():
         raise invalid(field, "is empty (only whitespace)")
     else:

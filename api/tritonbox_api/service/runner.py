@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
-from tritonbox_api.db.models import Source, Status
+from tritonbox_api.db.models import Status
 from tritonbox_api.protocol.errors import ApiError, unavailable
-from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.service.adapters import AdapterService
 from tritonbox_api.service.engine_context import EngineContextLoader
+from tritonbox_api.service.options import GenerationOptions
 from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.service.prepare import prepare
 from tritonbox_api.service.prompts import PromptInput
@@ -69,67 +68,49 @@ def _used(running: RunningPrediction) -> int:
 
 
 async def begin(
-    params: GenerationInput,
+    options: GenerationOptions,
     *,
     loader: EngineContextLoader,
     predictions: PredictionService,
     adapters: AdapterService,
     max_beam_width: int,
-    source: Source,
-    sent: dict[str, Any],
-    stream: bool,
     on_start: Callable[[RunningPrediction], None] = lambda running: None,
-    max_tokens_given: bool | None = None,
-    logprobs: int | None = None,
-    logprobs_field: str = "logprobs",
-    n: int = 1,
-    echo: bool = False,
-    prompt_only: bool = False,
     key_name: str | None = None,
-    prompts: list[PromptInput] | None = None,
     reserve: Callable[[int], Callable[[int], None]] | None = None,
 ) -> Started:
-    """Start a prediction; `on_start` sees it before its first event is awaited. `prompts`:
-    the completions' prompts (a list, or token ids), each with `n` choices, prompt-major.
-    `reserve`: the key's tokens per minute (rate_limit.py), given the most this request may
-    use (429 when they do not fit); what it returns is called with the usage at the end."""
+    """Start a prediction; `on_start` sees it before its first event is awaited. `reserve`:
+    the key's tokens per minute (rate_limit.py), given the most this request may use (429 when
+    they do not fit); what it returns is called with the usage at the end."""
     try:
         context = await loader.get()
     except TritonUnavailableError as error:
         raise unavailable(f"the engine is not available yet: {error}") from None
     # An unknown adapter is a 404 before anything else is checked or stored.
-    adapter = await adapters.select(params.adapter) if params.adapter else None
+    wanted = options.params.adapter
+    adapter = await adapters.select(wanted) if wanted else None
     every = []  # each prompt's request; all are checked before any is sent
-    sources: list[PromptInput | None] = [*prompts] if prompts else [None]
-    for prompt in sources:
+    prompts: list[PromptInput | None] = [*options.prompts] if options.prompts else [None]
+    for prompt in prompts:
         prepared = await prepare(
-            params,
-            context,
-            max_beam_width=max_beam_width,
-            stream=stream,
-            max_tokens_given=max_tokens_given,
-            logprobs=logprobs,
-            logprobs_field=logprobs_field,
-            echo=echo,
-            prompt_only=prompt_only,
-            source=prompt,
+            options, context, max_beam_width=max_beam_width, prompt_input=prompt
         )
         # One seed for the request (a random one drawn once): prompt i's choice j is seeded
         # seed + j, what that prompt alone would answer.
-        params = params.model_copy(update={"seed": prepared.applied["seed"]})
+        options = options.with_params(seed=prepared.applied["seed"])
         every.append(prepared.with_adapter(adapter) if adapter is not None else prepared)
     # The row counts every prompt's tokens (OpenAI's and vLLM's usage for a list of prompts).
     lead = replace(every[0], prompt_tokens=sum(each.prompt_tokens for each in every))
     # The most it may use: the prompts, and max_tokens for each choice of each.
+    n = options.n
     most = lead.prompt_tokens + n * sum(each.request.max_tokens for each in every)
     settle = reserve(most) if reserve is not None else _free
     try:
         running = predictions.start(
             lead,
             tokenizer=context.tokenizer,
-            source=source,
+            source=options.source,
             model=context.model_name,
-            sent=sent,
+            sent=options.sent,
             extra=[each.choice(index) for each in every for index in range(n)][1:],
             key_name=key_name,
         )

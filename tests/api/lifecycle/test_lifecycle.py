@@ -14,6 +14,8 @@ from sqlalchemy import create_engine, text
 
 from tritonbox_api import metrics
 from tritonbox_api.db import pages
+from tritonbox_api.db.models import Source
+from tritonbox_api.service.options import GenerationOptions
 from tritonbox_api.service.prepare import prepare
 from tritonbox_common.client import TritonRequestError
 
@@ -326,7 +328,8 @@ def test_prepare_sends_no_stop_words_to_the_engine(make_stack: Callable[..., Any
 
         context = await stack.services.engine_context.get()
         params = GenerationInput(prompt=PROMPT, stop_words_list=["\n\n", " x "])
-        prepared = await prepare(params, context, max_beam_width=1, stream=True)
+        options = GenerationOptions(params, source=Source.API, stream=True)
+        prepared = await prepare(options, context, max_beam_width=1)
         assert prepared.request.stop_words == ()
         assert prepared.stop_words == ("\n\n", " x ")
         assert prepared.applied["stop_words_list"] == ["\n\n", " x "]

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from tritonbox_api.db.models import Source
 from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.protocol.generation import GenerationInput
 from tritonbox_api.protocol.openai import IDS_PLACEHOLDER
 from tritonbox_api.service.engine_context import EngineContext
+from tritonbox_api.service.options import GenerationOptions
 from tritonbox_api.service.prepare import PreparedGeneration, prepare
 from tritonbox_api.service.prompts import INLINE_TOKENIZE_MAX_CHARS, prompt_ids, prompt_inputs
 from tritonbox_api.triton_gateway import EngineInfo
@@ -35,9 +37,13 @@ def context() -> EngineContext:
     return EngineContext(info=info, tokenizer=tokenizer, model_name="m", token_ids=ids)
 
 
+def options(params: GenerationInput, stream: bool = True, **given: Any) -> GenerationOptions:
+    return GenerationOptions(params, source=Source.API, stream=stream, **given)
+
+
 def run(context: EngineContext, stream: bool = True, **values: Any) -> PreparedGeneration:
     params = GenerationInput(**values)
-    return asyncio.run(prepare(params, context, max_beam_width=1, stream=stream))
+    return asyncio.run(prepare(options(params, stream), context, max_beam_width=1))
 
 
 def refused(context: EngineContext, **values: Any) -> str:
@@ -81,9 +87,7 @@ def test_engine_limits_are_named(context: EngineContext) -> None:
     )
     with pytest.raises(ApiError, match="streaming needs beam_width 1"):
         asyncio.run(
-            prepare(
-                GenerationInput(prompt="a", beam_width=2), context, max_beam_width=4, stream=True
-            )
+            prepare(options(GenerationInput(prompt="a", beam_width=2)), context, max_beam_width=4)
         )
 
 
@@ -137,9 +141,9 @@ def test_log_probs_ask_the_engine_and_top_ones_need_an_engine_that_has_them(
 ) -> None:
     """TensorRT-LLM 0.20 (info.top_logprobs False) returns the chosen token's log-prob only."""
     params = GenerationInput(prompt="Hi", max_tokens=2)
-    plain = asyncio.run(prepare(params, context, max_beam_width=1, stream=True))
+    plain = asyncio.run(prepare(options(params), context, max_beam_width=1))
     assert "return_log_probs" not in plain.request.sampling and plain.logprobs is None
-    chosen = asyncio.run(prepare(params, context, max_beam_width=1, stream=True, logprobs=0))
+    chosen = asyncio.run(prepare(options(params, logprobs=0), context, max_beam_width=1))
     assert chosen.request.sampling["return_log_probs"] is True
     assert "num_top_logprobs" not in chosen.request.sampling  # not an input of NVIDIA's engine
     names = {tensor.name() for tensor in build_inputs(chosen.request)}
@@ -147,13 +151,14 @@ def test_log_probs_ask_the_engine_and_top_ones_need_an_engine_that_has_them(
     with pytest.raises(ApiError) as raised:
         asyncio.run(
             prepare(
-                params, context, max_beam_width=1, stream=True, logprobs=3,
-                logprobs_field="top_logprobs",
+                options(params, logprobs=3, logprobs_field="top_logprobs"),
+                context,
+                max_beam_width=1,
             )
-        )  # fmt: skip
+        )
     assert raised.value.status_code == 400 and raised.value.param == "top_logprobs"
     cpu = replace(context, info=replace(context.info, top_logprobs=True))
-    top = asyncio.run(prepare(params, cpu, max_beam_width=1, stream=True, logprobs=3))
+    top = asyncio.run(prepare(options(params, logprobs=3), cpu, max_beam_width=1))
     assert top.request.sampling["num_top_logprobs"] == 3 and top.logprobs == 3
 
 
@@ -175,7 +180,7 @@ def test_token_id_prompts_reach_the_engine_as_sent(context: EngineContext) -> No
     (source,) = prompt_inputs(context, [ids])
     assert source.ids == ids and source.text == context.tokenizer.decode(ids)
     params = GenerationInput(prompt=IDS_PLACEHOLDER, max_tokens=2)
-    prepared = asyncio.run(prepare(params, context, max_beam_width=1, stream=True, source=source))
+    prepared = asyncio.run(prepare(options(params), context, max_beam_width=1, prompt_input=source))
     assert list(prepared.request.input_ids or []) == ids
     assert prepared.request.prompt == source.text == prepared.applied["prompt"]
     assert prepared.prompt_tokens == len(ids)
