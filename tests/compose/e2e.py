@@ -145,7 +145,8 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> bool:
         print(stack.compose("logs", "--tail", "60"), flush=True)
         return False
     checks.check(
-        "triton prepared the model", lambda: found("prepared the default model", _logs(stack))
+        "triton prepared the model",
+        lambda: found("prepared SmolLM2-135M-Instruct.Q4_1.gguf at", _logs(stack)),
     )
     checks.check("/readyz", lambda: page(f"{stack.api}/readyz", '"ready"'))
     compiled = ("compiled in", "SiLU·up fused", "compiled decode attention")
