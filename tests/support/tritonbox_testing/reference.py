@@ -50,3 +50,11 @@ def greedy_ids(
     the end token that ended an answer too (engine/responses.py, `Responses.advance`)."""
     ids, _ = greedy_generate(model, prompt, max_tokens, **kwargs)
     return ids[: ids.index(eos) + 1] if eos in ids else ids
+
+
+def chat_ids(tokenizer: Any, text: str) -> list[int]:
+    """One user turn through the tokenizer's chat template, ready for the answer: its ids."""
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+    return list(tokenizer(rendered).input_ids)

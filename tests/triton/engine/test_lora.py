@@ -23,6 +23,7 @@ from tritonbox_testing.lora import (
     reference_model,
 )
 from tritonbox_testing.lora import reference as peft_reference
+from tritonbox_testing.reference import chat_ids
 
 from tritonbox_common.errors import RequestError
 from tritonbox_triton.engine.lora_cache import LoraCache, LoraResolver
@@ -90,13 +91,6 @@ def lora_engine(
     batcher.start()
     yield batcher, resolver, observer
     batcher.stop()
-
-
-def chat_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-    )
-    return list(tokenizer(rendered).input_ids)
 
 
 def submit(

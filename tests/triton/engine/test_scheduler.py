@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
-from tritonbox_testing.reference import greedy_generate, greedy_ids
+from tritonbox_testing.reference import chat_ids, greedy_generate, greedy_ids
 
 from tritonbox_common.word_lists import decode_word_list, encode_word_list
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
@@ -35,13 +35,6 @@ SHORT_QUESTIONS = [
     "What is the capital of Germany?",
     "What is 2+2?",
 ]
-
-
-def chat_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-    )
-    return list(tokenizer(rendered).input_ids)
 
 
 def reference(

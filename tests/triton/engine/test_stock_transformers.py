@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
+from tritonbox_testing.reference import chat_ids
 
 from tritonbox_triton.engine.attention import load_model
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
@@ -44,13 +45,6 @@ CHAT = [
     "What is the capital of Germany?",
     "Explain gravity in one sentence.",
 ]
-
-
-def chat_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-    )
-    return list(tokenizer(rendered).input_ids)
 
 
 @pytest.fixture(scope="module")
