@@ -86,8 +86,10 @@ def test_a_cancel_on_one_api_stops_a_stream_of_another(
 def synthetic_triton(triton_launcher: Callable[..., Any]) -> Iterator[Any]:
     """tritonserver with the synthetic engine (the benchmark's): the same ensemble and tensors,
     a token every 20 ms without a model's CPU cost, so 200 requests at once measure the api and
-    the database, not two shared cores running a model."""
-    with triton_launcher(engine="synthetic", synthetic_token_interval_s=0.02) as running:
+    the database, not two shared cores running a model. Its queue unbounded (MAX_QUEUE_SIZE 0):
+    the 200 wait their turn, where the default (4 x MAX_BATCH_SIZE, 64) refuses most with 429."""
+    settings = {"synthetic_token_interval_s": 0.02, "max_queue_size": 0}
+    with triton_launcher(engine="synthetic", **settings) as running:
         yield running
 
 
