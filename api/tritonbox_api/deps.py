@@ -14,7 +14,8 @@ from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.rate_limit import STATE, Metered, RateLimiter
 from tritonbox_api.service import batch_context
 from tritonbox_api.service.adapters import AdapterService
-from tritonbox_api.service.batch_runner import BatchRunner
+from tritonbox_api.service.batch_files import FileService
+from tritonbox_api.service.batches import BatchService
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.settings import ApiSettings
@@ -30,7 +31,8 @@ class Services:
     predictions: PredictionService
     adapters: AdapterService  # the registered LoRA adapters
     keys: KeyRing  # who may call what (API_KEY, API_KEYS, API_KEYS_FILE)
-    batches: BatchRunner | None = None  # runs batch lines (Batch API); set once started
+    files: FileService  # batch files (Files API): inputs uploaded, outputs batches wrote
+    batches: BatchService  # the Batch API's batches; its runner runs their lines
     # Every key's requests and tokens per minute (rate_limit.py), this worker's share.
     limiter: RateLimiter = field(init=False)
 

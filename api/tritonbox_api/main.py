@@ -33,7 +33,9 @@ from tritonbox_api.routes import (
 from tritonbox_api.routes import responses as openapi_responses
 from tritonbox_api.security_headers import SecurityHeadersMiddleware
 from tritonbox_api.service.adapters import AdapterService
+from tritonbox_api.service.batch_files import FileService
 from tritonbox_api.service.batch_runner import BatchRunner
+from tritonbox_api.service.batches import BatchService
 from tritonbox_api.service.engine_context import EngineContextLoader
 from tritonbox_api.service.predictions import PredictionService
 from tritonbox_api.settings import ApiSettings
@@ -83,24 +85,27 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             predictions=prediction_service,
             adapters=adapter_service,
             keys=KeyRing(settings.keys()),
+            files=FileService(database=database, settings=settings),
+            batches=BatchService(database=database, settings=settings),
         )
         app.state.services = services
         # Batch lines run through this app, beside live requests (docs/batches.md).
-        services.batches = BatchRunner(
+        runner = BatchRunner(
             app=app,
             database=database,
             predictions=prediction_service,
             worker=presence.id,
             capacity=per_worker_limit(settings, settings.batch_concurrent_requests),
         )
-        services.batches.start()
+        services.batches.runner = runner  # a batch created or cancelled wakes it
+        runner.start()
         try:
             yield
         finally:
             warm_up.cancel()
             configured.cancel()
             # First: the lines it stops go back to pending, not to their output as cancelled.
-            await services.batches.stop()
+            await runner.stop()
             await services.predictions.cancel_all()
             await presence.stop()
             await gateway.stop()

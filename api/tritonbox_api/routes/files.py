@@ -1,5 +1,6 @@
 """OpenAI's Files API, for batches: upload a batch's input (JSONL, purpose `batch`), read the
-output and error files a batch writes (purpose `batch_output`), list and delete them."""
+output and error files a batch writes (purpose `batch_output`), list and delete them. The files'
+limits and rows are the file service's (service/batch_files.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
 
-from tritonbox_api.db import batch_files
 from tritonbox_api.db.batches import BatchFile
 from tritonbox_api.deps import Guarded, Limited, ServicesDep, key_name
-from tritonbox_api.protocol.batch_lines import content_lines
 from tritonbox_api.protocol.batches import FileDeleted, FileList, FileObject, epoch
-from tritonbox_api.protocol.errors import ApiError
 from tritonbox_api.routes.openai_errors import REFUSED, OpenAIRoute
 from tritonbox_api.routes.responses import GUARDED, errors
 
@@ -39,10 +37,6 @@ def file_object(row: BatchFile) -> FileObject:
     )
 
 
-def not_found(file_id: str) -> ApiError:
-    return ApiError(404, f"file: no file {file_id!r}", type="not_found_error", param="file_id")
-
-
 @router.post(
     "/files",
     response_model=FileObject,
@@ -56,28 +50,13 @@ async def upload(
     purpose: Annotated[Literal["batch"], Form(description="`batch`: files are for batches.")],
 ) -> FileObject:
     """Upload a batch's input file (`purpose` batch): JSONL, each line a request."""
-    settings = services.settings
-    content = await file.read(settings.max_batch_file_bytes + 1)
-    if len(content) > settings.max_batch_file_bytes:
-        raise ApiError(
-            413,
-            f"file: larger than the limit of {settings.max_batch_file_bytes} "
-            "bytes (MAX_BATCH_FILE_BYTES)",
-            param="file",
-        )
-    lines = len(content_lines(content))
-    if lines > settings.max_batch_lines:
-        raise ApiError(
-            413,
-            f"file: {lines} lines, more than the limit of "
-            f"{settings.max_batch_lines} (MAX_BATCH_LINES)",
-            param="file",
-        )
-    name, who = file.filename or "batch.jsonl", key_name(request)
-    row = await services.database.run(
-        lambda s: batch_files.add_file(
-            s, purpose=purpose, filename=name, content=content, key_name=who
-        )
+    # One byte past the limit is enough for the service to refuse it (413), and no more is read.
+    content = await file.read(services.settings.max_batch_file_bytes + 1)
+    row = await services.files.create(
+        content=content,
+        filename=file.filename or "batch.jsonl",
+        purpose=purpose,
+        key_name=key_name(request),
     )
     return file_object(row)
 
@@ -91,10 +70,8 @@ async def list_files(
     order: Literal["asc", "desc"] = "desc",
 ) -> FileList:
     """Files, newest first (`order` asc: oldest first); `after`: the last id of a page."""
-    rows, more = await services.database.read(
-        lambda s: batch_files.list_files(
-            s, purpose=purpose, after=after, limit=limit, ascending=order == "asc"
-        )
+    rows, more = await services.files.page(
+        purpose=purpose, after=after, limit=limit, ascending=order == "asc"
     )
     data = [file_object(row) for row in rows]
     first, last = (data[0].id, data[-1].id) if data else (None, None)
@@ -103,10 +80,7 @@ async def list_files(
 
 @router.get("/files/{file_id}", response_model=FileObject, responses=errors(404))
 async def get_file(file_id: str, services: ServicesDep) -> FileObject:
-    row = await services.database.read(lambda s: batch_files.get_file(s, file_id))
-    if row is None:
-        raise not_found(file_id)
-    return file_object(row)
+    return file_object(await services.files.get(file_id))
 
 
 @router.get(
@@ -121,15 +95,11 @@ async def get_file(file_id: str, services: ServicesDep) -> FileObject:
     },
 )
 async def file_content(file_id: str, services: ServicesDep) -> Response:
-    row = await services.database.read(lambda s: batch_files.get_file(s, file_id, content=True))
-    if row is None:
-        raise not_found(file_id)
-    return Response(row.content, media_type=JSONL)
+    return Response(await services.files.content(file_id), media_type=JSONL)
 
 
 @router.delete("/files/{file_id}", response_model=FileDeleted, responses=errors(404))
 async def delete_file(file_id: str, services: ServicesDep) -> FileDeleted:
     """Delete a file. A batch made from it keeps its lines (they were read at its create)."""
-    if not await services.database.run(lambda s: batch_files.delete_file(s, file_id)):
-        raise not_found(file_id)
+    await services.files.delete(file_id)
     return FileDeleted(id=file_id)
