@@ -11,6 +11,7 @@ stale is refused, never applied twice.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 from sqlalchemy import update
 from sqlmodel import Session, col, select
@@ -104,14 +105,7 @@ def release(session: Session, *, worker: str, line_ids: Collection[int] | None =
     mine = [col(BatchLine.claimed_by) == worker, col(BatchLine.state) == LineState.RUNNING]
     if line_ids is not None:
         mine.append(col(BatchLine.id).in_(line_ids))
-    result = session.execute(
-        update(BatchLine)
-        .where(*mine)
-        .values(state=LineState.PENDING, claimed_by=None)
-        .execution_options(synchronize_session=False)
-    )
-    session.commit()
-    return int(getattr(result, "rowcount", 0))
+    return _back_to_pending(session, mine)
 
 
 def recover(session: Session, *, live_workers: Collection[str]) -> int:
@@ -119,9 +113,14 @@ def recover(session: Session, *, live_workers: Collection[str]) -> int:
     orphan = [of_open_batches(), col(BatchLine.state) == LineState.RUNNING]
     if live_workers:
         orphan.append(col(BatchLine.claimed_by).not_in(live_workers))
+    return _back_to_pending(session, orphan)
+
+
+def _back_to_pending(session: Session, where: list[Any]) -> int:
+    """The running lines `where` selects back to pending, unclaimed; how many there were."""
     result = session.execute(
         update(BatchLine)
-        .where(*orphan)
+        .where(*where)
         .values(state=LineState.PENDING, claimed_by=None)
         .execution_options(synchronize_session=False)
     )
