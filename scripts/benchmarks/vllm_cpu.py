@@ -9,6 +9,10 @@ request streams, sends the same 39-token prompt and is forced to exactly --token
 rest of the machine used meanwhile. Writes docs/benchmark-vllm-cpu.md and its plot. Usage:
 
     scripts/benchmark vllm-cpu [--tokens 128] [--concurrency 1 4 8 16] [--repeats 3] [--no-vllm]
+
+`--model` (a family's name or a checkpoint folder: vllm_models.py) serves that checkpoint on
+both servers instead, measures TritonBox through its api only and puts the rows into the table
+of docs/benchmark-vllm-families.md (vllm_families.py); a model vLLM refuses gets its error there.
 """
 
 from __future__ import annotations
@@ -37,13 +41,14 @@ from scripts.benchmarks.proc import (
 from scripts.benchmarks.sampling_cost import sampled_over_greedy
 from scripts.benchmarks.servers import start_stack
 from scripts.benchmarks.vllm_env import install, kv_cache_bytes, start_vllm
+from scripts.benchmarks.vllm_families import page as families_page
+from scripts.benchmarks.vllm_families import record
+from scripts.benchmarks.vllm_models import prompt_tokens, resolve
 from scripts.benchmarks.vllm_report import Batch, Server, report
-from transformers import AutoTokenizer
 from tritonbox_testing.ports import free_ports
 
 from tritonbox_common.client import TritonLLMClient
-from tritonbox_triton.prepare_model import prepare_default_model
-from tritonbox_triton.settings import DEFAULT_MODEL_NAME, TritonSettings
+from tritonbox_triton.settings import TritonSettings
 
 REPO = Path(__file__).resolve().parents[2]
 # 39 tokens with SmolLM2's tokenizer (checked at start), as in the measurement that set the goal.
@@ -64,7 +69,9 @@ def engine_process(group: list[int]) -> list[int]:
     ]  # fmt: skip
 
 
-def openai_path(http: httpx.AsyncClient, base: str, model: str) -> One:
+def openai_path(
+    http: httpx.AsyncClient, base: str, model: str, prompt_tokens: int = PROMPT_TOKENS
+) -> One:
     """A streamed `POST /v1/completions` forced to n tokens, counted by its usage chunk."""
 
     async def one(tokens: int) -> Sample:
@@ -75,9 +82,11 @@ def openai_path(http: httpx.AsyncClient, base: str, model: str) -> One:
         }  # fmt: skip
         started = time.perf_counter()
         events = await sse(http, f"{base}/v1/completions", body)
-        first = next(at for at, e in events if e.get("choices") and e["choices"][0]["text"])
+        # A random-weight model's first token may decode to no text: then its first chunk.
+        chunks = [(at, e) for at, e in events if e.get("choices")]
+        first = next((at for at, e in chunks if e["choices"][0]["text"]), chunks[0][0])
         usage = events[-1][1]["usage"]
-        if usage["prompt_tokens"] != PROMPT_TOKENS:
+        if usage["prompt_tokens"] != prompt_tokens:
             raise RuntimeError(f"{base}: {usage['prompt_tokens']} prompt tokens")
         return first - started, int(usage["completion_tokens"])
 
@@ -140,7 +149,7 @@ def serve_vllm(args: argparse.Namespace, executable: Path, folder: Path, rep: in
 
         async def go() -> list[Batch]:
             async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
-                paths = {"vLLM CPU": openai_path(http, url, "model")}
+                paths = {"vLLM CPU": openai_path(http, url, "model", args.prompt_tokens)}
                 return await measure(paths, args, lambda: process_tree(pid), rep)
 
         batches = asyncio.run(go())
@@ -172,6 +181,7 @@ def serve_tritonbox(args: argparse.Namespace, folder: Path, rep: int) -> Server:
             "TRITON_HTTP_PORT": str(http_port), "TRITON_GRPC_PORT": str(grpc_port),
             "TRITON_METRICS_PORT": str(metrics_port), "API_PORT": str(api_port),
             "DATABASE_PATH": str(folder / "predictions.db"), "MAX_CONCURRENT_REQUESTS": "256",
+            **({} if args.model.default else {"ENGINE_REPOSITORY": str(args.model_dir)}),
         })  # fmt: skip
         marker = f"--grpc-port={grpc_port}".encode()
 
@@ -179,10 +189,9 @@ def serve_tritonbox(args: argparse.Namespace, folder: Path, rep: int) -> Server:
             grpc = TritonLLMClient(f"127.0.0.1:{grpc_port}")
             async with httpx.AsyncClient(timeout=600, trust_env=False) as http:
                 model = (await http.get(f"{url}/v1/models")).json()["data"][0]["id"]
-                paths = {
-                    "TritonBox api": openai_path(http, url, model),
-                    "TritonBox Triton": grpc_path(grpc, PROMPT, SAMPLING, exact_length=True),
-                }
+                paths = {"TritonBox api": openai_path(http, url, model, args.prompt_tokens)}
+                if args.model.default:
+                    paths["TritonBox Triton"] = grpc_path(grpc, PROMPT, SAMPLING, exact_length=True)
                 try:
                     return await measure(paths, args, lambda: process_tree(process.pid), rep)
                 finally:
@@ -195,6 +204,13 @@ def serve_tritonbox(args: argparse.Namespace, folder: Path, rep: int) -> Server:
             "the whole stack": (rss_bytes(everything), rss_bytes(everything, "VmHWM:")),
         }
         return Server("TritonBox", ready_s, memory, batches, kernel_build(folder / "up.log"))
+
+
+def last_error(log: Path, error: Exception) -> str:
+    """The line vLLM's log ends its traceback with (`SomeError: why`), else the error's."""
+    text = log.read_text(errors="replace") if log.exists() else str(error)
+    found = re.findall(r"^\S*(?:Error|Exception)\b.*$", text, flags=re.MULTILINE)
+    return (found[-1] if found else text.strip().splitlines()[-1])[:400]
 
 
 def main() -> int:
@@ -212,17 +228,20 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="turns of each server")
     parser.add_argument("--no-vllm", action="store_true", help="TritonBox only")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmark-vllm-cpu.md")
+    parser.add_argument("--model", help="a family's name or a checkpoint folder (vllm_models.py)")
     args = parser.parse_args()
-    # Prepared here on a fresh checkout (once; the tests and the engine use the same folder).
-    args.model_dir = prepare_default_model(REPO / ".cache" / "models" / DEFAULT_MODEL_NAME)
-    count = len(AutoTokenizer.from_pretrained(args.model_dir)(PROMPT)["input_ids"])
-    if count != PROMPT_TOKENS:
-        raise SystemExit(f"the prompt is {count} tokens, not {PROMPT_TOKENS}")
+    # The default model is prepared here on a fresh checkout (once; the engine uses it too).
+    args.model = resolve(args.model)
+    args.model_dir = args.model.folder
+    args.prompt_tokens = prompt_tokens(args.model, PROMPT)
+    if args.model.default and args.prompt_tokens != PROMPT_TOKENS:
+        raise SystemExit(f"the prompt is {args.prompt_tokens} tokens, not {PROMPT_TOKENS}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop what was started
     sequences, length = limits(args)
     args.limits = (sequences, length, kv_cache_bytes(args.model_dir, sequences, length))
     executable = None if args.no_vllm else install()
     servers: list[Server] = []
+    refused = None
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp:
         for rep in range(args.repeats):
@@ -232,8 +251,20 @@ def main() -> int:
                 folder.mkdir()
                 if turn == "tritonbox":
                     servers.append(serve_tritonbox(args, folder, rep))
-                elif executable is not None:
-                    servers.append(serve_vllm(args, executable, folder, rep))
+                elif executable is not None and refused is None:
+                    try:
+                        servers.append(serve_vllm(args, executable, folder, rep))
+                    except RuntimeError as error:  # recorded for a family vLLM does not serve
+                        if args.model.default:
+                            raise
+                        refused = last_error(folder / "vllm.log", error)
+    if not args.model.default:
+        data = REPO / "docs" / "benchmark-vllm-families.json"
+        record(args.model, servers, args, refused, data)
+        page = data.with_suffix(".md")
+        page.write_text(families_page(data))
+        print(page.read_text())
+        return 0
     note = None if args.no_vllm or executable else "vllm-cpu could not be installed here"
     sampling = sampled_over_greedy(args.model_dir, PROMPT, args.tokens, args.repeats)
     print(f"sampled / greedy, batch of 8: {sampling[0]:.3f}", file=sys.stderr)

@@ -1,0 +1,129 @@
+"""The vllm-cpu benchmark per model (`--model`): one table, a model's rows per run.
+
+Each run measures one model, so the page gathers runs: a run's rows go into
+docs/benchmark-vllm-families.json (replacing that model's earlier ones) and the page is written
+again from all of them. A model vLLM refuses gets a row with the error its log ends on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from scripts.benchmarks.vllm_models import Model
+from scripts.benchmarks.vllm_report import PEER, Batch, Server
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs" / "benchmark-vllm-families.md"
+OURS = "TritonBox api"
+
+
+def _commit() -> str:
+    command = ["git", "rev-parse", "--short", "HEAD"]
+    head = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "triton/tritonbox_triton/engine"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return head.stdout.strip() + (" (engine files changed since)" if dirty.strip() else "")
+
+
+def _stats(batches: list[Batch], path: str, concurrency: int) -> dict[str, float] | None:
+    rows = [b for b in batches if b.path == path and b.concurrency == concurrency]
+    if not rows:
+        return None
+    tps = [b.tokens_per_s for b in rows]
+    return {
+        "tok_s": statistics.median(tps),
+        "low": min(tps),
+        "high": max(tps),
+        "ttft_ms": statistics.median(t for b in rows for t, _, _ in b.samples) * 1000,
+        "tpot_ms": statistics.median(t for b in rows for t in b.tpots()) * 1000,
+        "others": max(b.others for b in rows),
+    }
+
+
+def record(
+    model: Model, servers: list[Server], args: Any, refused: str | None, data: Path
+) -> dict[str, Any]:
+    """This run's entry for `model`, written into `data` in place of the model's earlier one."""
+    batches = [b for server in servers for b in server.batches]
+    entry: dict[str, Any] = {
+        "model": model.name,
+        "family": model.family,
+        "weights": "random" if model.random else "real",
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+        "load": f"{os.getloadavg()[0]:.2f}",
+        "vllm_error": refused,
+        "rows": {
+            str(c): {"ours": _stats(batches, OURS, c), "vllm": _stats(batches, PEER, c)}
+            for c in args.concurrency
+        },
+    }
+    entries = json.loads(data.read_text()) if data.exists() else []
+    entries = [e for e in entries if e["model"] != model.name] + [entry]
+    data.write_text(json.dumps(entries, indent=1) + "\n")
+    return entry
+
+
+def _cell(stats: dict[str, float] | None, key: str, digits: int = 1) -> str:
+    return "–" if stats is None else f"{stats[key]:.{digits}f}"
+
+
+def page(data: Path) -> str:
+    entries = json.loads(data.read_text())
+    lines = [
+        "# The cpu engine against vLLM's CPU build, per model family",
+        "",
+        "Produced by `scripts/benchmark vllm-cpu --model NAME` (one run per model, rows gathered "
+        f"in `{data.name}`), {os.cpu_count()} cores. Each run is the vllm-cpu benchmark "
+        "(docs/benchmark-vllm-cpu.md says how: the servers take turns, one at a time, each "
+        "started as a user starts it, with the same limits and the same prompt, every "
+        "request streamed and forced to exactly the given number of tokens, greedy) on one "
+        "checkpoint: TritonBox through its api's `POST /v1/completions`, vLLM 0.32's CPU "
+        "build through its OpenAI server, both in bfloat16. *random* models have SmolLM2-135M's "
+        "shape and tokenizer with random weights (scripts/benchmarks/families.py builds them "
+        "from the family's transformers config); *real* is a released checkpoint. tok/s: the "
+        "median over the turns (min–max); TTFT and TPOT: medians over every request; *others*: "
+        "the most CPU (cores) the rest of the machine used during a batch. *commit*: the "
+        "engine measured.",
+        "",
+        "| model | family | weights | streams | TritonBox tok/s | vLLM tok/s | × vLLM | "
+        "TTFT ms (TritonBox / vLLM) | TPOT ms (TritonBox / vLLM) | others | commit, date |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    refusals = []
+    for entry in entries:
+        for concurrency, row in entry["rows"].items():
+            ours, peer = row["ours"], row["vllm"]
+            ratio = f"{ours['tok_s'] / peer['tok_s']:.2f}" if ours and peer else "–"
+            spread = f" ({ours['low']:.0f}–{ours['high']:.0f})" if ours else ""
+            peer_spread = f" ({peer['low']:.0f}–{peer['high']:.0f})" if peer else ""
+            others = max(s["others"] for s in (ours, peer) if s) if ours or peer else 0.0
+            lines.append(
+                f"| {entry['model']} | {entry['family']} | {entry['weights']} | {concurrency} | "
+                f"{_cell(ours, 'tok_s')}{spread} | {_cell(peer, 'tok_s')}{peer_spread} | "
+                f"{ratio} | {_cell(ours, 'ttft_ms', 0)} / {_cell(peer, 'ttft_ms', 0)} | "
+                f"{_cell(ours, 'tpot_ms')} / {_cell(peer, 'tpot_ms')} | {others:.2f} | "
+                f"{entry['commit']}, {entry['date']} |"
+            )
+        if entry["vllm_error"]:
+            refusals.append(f"- {entry['model']} ({entry['family']}): `{entry['vllm_error']}`")
+    settings = {(e["tokens"], e["repeats"]) for e in entries}
+    lines += [
+        "",
+        "Tokens per request, turns per server: "
+        + "; ".join(f"{t} tokens, {r} turns" for t, r in sorted(settings))
+        + ".",
+    ]
+    if refusals:
+        lines += ["", "vLLM refused (the last error line of its log):", "", *refusals]
+    return "\n".join(lines) + "\n"
