@@ -79,22 +79,29 @@ def start_vllm(
     *,
     max_seqs: int,
     max_model_len: int,
+    tuning: dict[str, str] | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> tuple[str, int, float]:
     """`vllm serve` on a free port, bf16 on 2 OpenMP threads pinned to cores 0-1 (the settings
     vLLM's CPU docs give for a machine this size), at most `max_seqs` sequences of
     `max_model_len` tokens with a KV cache of exactly that size (vLLM's default, 4 GiB on CPU,
-    would hold several times as much); its URL, pid and seconds to ready."""
+    would hold several times as much); its URL, pid and seconds to ready. `tuning`: the
+    environment of one of vllm_configs' configurations instead of that pinning, and
+    `extra_args` its options."""
     port = free_ports(1)[0]
-    env = {
-        **os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-    }  # fmt: skip
-    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override the size given below
+    pinned = {"VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    # Its knobs come from the configuration alone, none from the caller's shell; nor the KV
+    # cache's size, which would override the one given below.
+    for name in (*pinned, "LD_PRELOAD", "OMP_NUM_THREADS", "VLLM_CPU_KVCACHE_SPACE"):
+        env.pop(name, None)
+    env |= pinned if tuning is None else tuning
     command = [
         str(executable), "serve", str(model_dir), "--dtype", "bfloat16", "--port", str(port),
         "--served-model-name", "model", "--max-num-seqs", str(max_seqs),
         "--max-model-len", str(max_model_len),
         "--kv-cache-memory-bytes", str(kv_cache_bytes(model_dir, max_seqs, max_model_len)),
+        *extra_args,
     ]  # fmt: skip
     log = folder / "vllm.log"
     started = time.monotonic()
