@@ -51,9 +51,19 @@ def describe(error: dict[str, Any]) -> tuple[str, str]:
         return field, f"{field}: is required"
     if error.get("type") == "json_invalid":
         return "body", f"body: not valid JSON ({error.get('ctx', {}).get('error', message)})"
-    value = error.get("input")
-    shown = repr(value) if not isinstance(value, dict | list) or len(repr(value)) < 80 else "…"
-    return field, f"{field}: {message[:1].lower()}{message[1:]}, got {shown}"
+    return field, f"{field}: {message[:1].lower()}{message[1:]}, got {shown(error.get('input'))}"
+
+
+def shown(value: Any) -> str:
+    """The value a message repeats: whole when short; a long string by its start and length,
+    a long list or object not at all. An error never reflects a large input back (a prompt of
+    200,000 characters was answered with all of them)."""
+    text = repr(value)
+    if len(text) < 80:
+        return text
+    if isinstance(value, str):
+        return f"{value[:32]!r}… ({len(value)} characters)"
+    return "…"
 
 
 def _json(error: ApiError) -> JSONResponse:
@@ -111,7 +121,20 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
     headers = dict(error.headers or {})
     if error.status_code == 405:
         headers["Allow"] = ", ".join(allowed_methods(request))
+    if error.status_code == 400 and error.__cause__ is not None:  # FastAPI could not parse it
+        return _json(ApiError(400, unreadable_body(error.__cause__), param="body"))
     return _json(ApiError(error.status_code, str(error.detail), type=kind, headers=headers))
+
+
+def unreadable_body(cause: BaseException) -> str:
+    """Why FastAPI could not read a body, for what it answers as "There was an error parsing
+    the body" (what it does not take for malformed JSON: lists nested past the parser's
+    recursion limit in a few kilobytes, bytes that are not UTF-8, a malformed form)."""
+    if isinstance(cause, RecursionError):
+        return "body: not valid JSON (nested too deeply to read)"
+    if isinstance(cause, UnicodeDecodeError):
+        return "body: not valid JSON (not UTF-8)"
+    return f"body: cannot be read ({type(cause).__name__})"
 
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:
