@@ -149,7 +149,7 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> bool:
         lambda: found("prepared SmolLM2-135M-Instruct.Q4_1.gguf at", _logs(stack)),
     )
     checks.check("/readyz", lambda: page(f"{stack.api}/readyz", '"ready"'))
-    compiled = ("compiled in", "SiLU·up fused", "compiled decode attention")
+    compiled = ("compiled in", "act·up", "compiled decode attention")
     checks.check("engine compiled its fused ops", lambda: _fused_ops(stack, *compiled))
     ids: list[str] = []
     checks.check("/predict greedy", lambda: _record(ids, predict(stack)))

@@ -1,32 +1,19 @@
 """The engine's attention, called so that a row's result does not depend on its batch neighbours.
 
 The attention is the compiled pass of attention_kernel.py where it is built and checks out, a
-decode step's (one query per head and row) and a prompt's (causal): each row over its own keys
-only, in float32, rounded once, so a row's bits are its own by construction. `load_model`
-attaches it to the model's attention layers, so the engine's step and prefill and the model's
-forward (`generate()`'s reference in the tests, adapter batches) all run it.
+decode step's (one query per head and row) and a prompt's (causal), sliding windows and soft caps
+included: each row over its own keys only, in float32, rounded once, so a row's bits are its own
+by construction. `load_model` attaches it to the model's attention layers, so the engine's step
+and prefill and the model's forward (adapter batches) all run it.
 
-Elsewhere (no AVX-512, no compiler, float32) it is PyTorch's fused attention, and a decode batch
-pads its rows to one length and masks the padding. The fused CPU kernel's sums over a row's keys
-depend on how many columns it is given: the vector tail of the softmax and the blocking of the
-values product move with the length, so the same row padded to another length rounds
-differently, and in bfloat16 those last bits survive the rounding of every layer's output (a
-batched request drifted from its answer alone within 20 tokens). They do not move when the
-padding comes after the row's keys in whole blocks of columns: measured here, bfloat16 rows
-right-padded by multiples of 16 columns kept their bits in 1,345 of 1,345 tries (lengths up to
-1,100, garbage in the masked columns), float32 ones only by multiples of 512.
-
-So there a row's attention is *defined* over its keys right-padded to a multiple of
-`padding_block` columns, alone or in a batch: the engine's cache keeps each row's keys from
-column 0 (kv_batch.py) and decodes over a multiple of the block, and `generate()`'s reference
-(this function, registered with transformers) pads its own keys the same way. Which block holds
-is checked once per dtype and shape on random rows at start (`padding_block`), as the kernels
-are the machine's; where no block holds, attention runs in float64, where the order of a sum is
-far below the rounding that follows (0.4 ms a layer for 16 rows of 200 columns on 2 cores,
-against 0.3 ms fused).
-
-A prompt's prefill is causal, unpadded or right-padded (which causality hides). Sliding windows
-and soft-capped scores are windowed.py's.
+Elsewhere (no AVX-512, no compiler, float32) it is PyTorch's fused attention, whose sums over a
+row's keys move with the columns it is given (the softmax's vector tail and the blocking of the
+values product), so a batched row could drift from its answer alone. They do not move when the
+padding comes after the row's keys in whole blocks of columns (bfloat16: multiples of 16,
+measured 1,345 of 1,345; float32: of 512). So there a row's attention is *defined* over its keys
+right-padded to a multiple of `padding_block` columns, alone or in a batch, checked once per
+dtype and shape on random rows at start; where no block holds it runs in float64. A prompt's
+prefill is causal, unpadded or right-padded; windows and caps there are windowed.py's.
 """
 
 from __future__ import annotations
@@ -146,11 +133,16 @@ class DecodeAttention:
             self._bias = padding_bias(valid, dtype)
 
     def __call__(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                 scaling: float) -> torch.Tensor:  # fmt: skip
+                 scaling: float, window: int | None = None,
+                 softcap: float | None = None) -> torch.Tensor:  # fmt: skip
         """`query` [rows, kv heads, groups, dim] (a row's heads by the kv head they read) over
-        `keys`/`values` [rows, kv heads, columns, dim]: [rows, heads × dim]."""
+        `keys`/`values` [rows, kv heads, columns, dim]: [rows, heads × dim]. A window or a cap
+        with the compiled kernel only (else windowed.py attends)."""
         if self._kernel is not None:
-            return self._kernel.decode(query, keys, values, self._rows, scaling)
+            return self._kernel.decode(query, keys, values, self._rows, scaling,
+                                       window=window, softcap=softcap)  # fmt: skip
+        if window is not None or softcap is not None:
+            raise ValueError("PyTorch's decode attention takes no window or cap: windowed.py")
         return _padded_attention(query, keys, values, self._bias, scaling).flatten(1)
 
 
@@ -160,11 +152,16 @@ def prefill_attention(
     value: torch.Tensor,
     scaling: float,
     kernel: AttentionKernel | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """Causal attention over prompts, unpadded or right-padded: [rows, length, heads × dim]."""
+    """Causal attention over prompts, unpadded or right-padded: [rows, length, heads × dim].
+    A window or a cap with the compiled `kernel` only (else windowed.py attends)."""
     rows, heads, length, dim = query.shape
     if kernel is not None:
-        return kernel.causal(query, key, value, scaling)
+        return kernel.causal(query, key, value, scaling, window=window, softcap=softcap)
+    if window is not None or softcap is not None:
+        raise ValueError("PyTorch's prefill attention takes no window or cap: windowed.py")
     kv_heads = key.shape[1]
     groups = heads // kv_heads
     if padding_block(query.dtype, kv_heads, groups, dim) is not None:
@@ -198,12 +195,14 @@ def engine_attention(
     scale = dim**-0.5 if scaling is None else scaling
     kernel = getattr(module, KERNEL, None)
     window, softcap = kwargs.get("sliding_window"), kwargs.get("softcap")
-    if windowed.needs_explicit(window, columns, softcap):
+    if kernel is None and windowed.needs_explicit(window, columns, softcap):
         return windowed.forward(query, key, value, attention_mask, scale, window, softcap), None
-    if queries > 1:
-        if attention_mask is not None:
+    if kernel is None:  # PyTorch's attentions: within the window and uncapped, as checked
+        window = softcap = None
+    if queries > 1:  # a sliding layer's mask is its window's, which the kernel applies
+        if attention_mask is not None and window is None:
             raise ValueError("a prompt is prefilled unpadded or right-padded, without a mask")
-        output = prefill_attention(query, key, value, scale, kernel)
+        output = prefill_attention(query, key, value, scale, kernel, window, softcap)
     else:
         valid = (
             torch.ones(batch, columns, dtype=torch.bool)
@@ -216,7 +215,8 @@ def engine_attention(
             key, value = F.pad(key, pad), F.pad(value, pad)
             valid = F.pad(valid, (0, width - columns), value=False)
         grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
-        output = DecodeAttention(valid, query.dtype, kernel)(grouped, key, value, scale)
+        attention = DecodeAttention(valid, query.dtype, kernel)
+        output = attention(grouped, key, value, scale, window, softcap)
     return output.reshape(batch, queries, heads, dim), None
 
 

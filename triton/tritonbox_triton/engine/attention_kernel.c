@@ -6,11 +6,13 @@
    scores of the head's query group against the keys it sees in float32 (products summed over
    the head dimension in a fixed order, then scaled), their softmax in float32 (Sleef's exp, as
    ATen's), the weighted sum of the values in float32, and one rounding of each output to
-   bfloat16. Nothing in a row's result depends on its neighbours, on how many columns the batch
-   is padded to or on the thread count, so a row's bits are its own by construction, alone or in
-   any batch (attention.py says why the engine needs that, and attention_kernel.py checks it at
-   start). Returns nonzero without AVX-512 or for a head dimension or group this build does not
-   take. */
+   bfloat16. A sliding window (`window` > 0) starts a query's keys `window` before its own
+   position; a soft cap (`softcap` > 0) takes each scaled score s to cap · tanh(s / cap) before
+   the softmax (Gemma 2), in float32 as windowed.py computes them. Nothing in a row's result
+   depends on its neighbours, on how many columns the batch is padded to or on the thread
+   count, so a row's bits are its own by construction, alone or in any batch (attention.py says
+   why the engine needs that, and attention_kernel.py checks it at start). Returns nonzero
+   without AVX-512 or for a head dimension or group this build does not take. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -54,8 +56,8 @@ typedef struct {
    columns; `scores` holds groups × padded floats. `ahead`: where to prefetch the next task's
    keys from while the values are summed. */
 static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out, long groups,
-                          int chunks, float scale, exp16 vexp, float *scores, long padded,
-                          const bf16 *ahead) {
+                          int chunks, float scale, float softcap, exp16 vexp, float *scores,
+                          long padded, const bf16 *ahead) {
     long dim = 16L * chunks, whole = length & ~15L;
     __m512 q[MAX_GROUPS][MAX_CHUNKS], k[MAX_CHUNKS];
     for (long g = 0; g < groups; g++)
@@ -81,6 +83,12 @@ static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out,
         for (long g = 0; g < groups; g++)
             scores[g * padded + j] = _mm512_reduce_add_ps(products(q[g], k, chunks)) * scale;
     }
+    if (softcap > 0.f)
+        for (long g = 0; g < groups; g++)
+            for (long j = 0; j < length; j++) {
+                float *s = scores + g * padded + j;
+                *s = tanhf(*s / softcap) * softcap;
+            }
     float totals[MAX_GROUPS];
     for (long g = 0; g < groups; g++) {
         float *row = scores + g * padded, top = -INFINITY;
@@ -118,13 +126,14 @@ static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out,
    [kv heads × groups, dim] contiguous. keys (row r, kv head h, column j) at
    keys[r * key_row + h * key_head + j * key_column ..], dim contiguous; values likewise. Row r's
    query at position t (of `positions`) sees its first lengths[r] - positions + 1 + t columns: a
-   decode step's one query all of a row's keys, a prompt's causally. out: [rows, positions,
-   kv heads × groups, dim] contiguous. */
+   decode step's one query all of a row's keys, a prompt's causally; of those, the last
+   `window` only where window > 0. out: [rows, positions, kv heads × groups, dim]
+   contiguous. */
 int attention(const bf16 *query, long query_row, long query_position, const bf16 *keys,
               long key_row, long key_head, long key_column, const bf16 *values, long value_row,
               long value_head, long value_column, const int64_t *lengths, long positions,
               bf16 *out, long rows, long kv_heads, long groups, long dim, float scale,
-              void *vector_exp, int threads) {
+              long window, float softcap, void *vector_exp, int threads) {
 #ifdef __AVX512F__
     if (!vector_exp || dim % 16 || dim / 16 > MAX_CHUNKS || groups < 1 || groups > MAX_GROUPS)
         return -1;
@@ -151,10 +160,15 @@ int attention(const bf16 *query, long query_row, long query_position, const bf16
             const bf16 *q = query + row * query_row + t * query_position + head * groups * dim;
             bf16 *o = out + ((row * positions + t) * kv_heads + head) * groups * dim;
             const bf16 *next = t + 1 < positions ? kv.keys : ahead;
+            long seen = first + t, start = window > 0 && seen > window ? seen - window : 0;
+            Columns in = {kv.keys + start * key_column, kv.values + start * value_column,
+                          key_column, value_column};
             if (chunks == 4) /* the common head dimension of 64, unrolled by the compiler */
-                attend(q, kv, first + t, o, groups, 4, scale, vexp, scores, padded, next);
+                attend(q, in, seen - start, o, groups, 4, scale, softcap, vexp, scores, padded,
+                       next);
             else
-                attend(q, kv, first + t, o, groups, chunks, scale, vexp, scores, padded, next);
+                attend(q, in, seen - start, o, groups, chunks, scale, softcap, vexp, scores,
+                       padded, next);
         }
         if (!small) free(scores);
     }
@@ -163,7 +177,8 @@ int attention(const bf16 *query, long query_row, long query_position, const bf16
     (void)query; (void)query_row; (void)query_position; (void)keys; (void)key_row;
     (void)key_head; (void)key_column; (void)values; (void)value_row; (void)value_head;
     (void)value_column; (void)lengths; (void)positions; (void)out; (void)rows; (void)kv_heads;
-    (void)groups; (void)dim; (void)scale; (void)vector_exp; (void)threads;
+    (void)groups; (void)dim; (void)scale; (void)window; (void)softcap; (void)vector_exp;
+    (void)threads;
     return -1;
 #endif
 }

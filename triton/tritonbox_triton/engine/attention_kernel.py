@@ -18,6 +18,7 @@ import logging
 
 import torch
 
+from . import windowed
 from .fused_ops import FusedOps
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,18 @@ class AttentionKernel:
     def __init__(self, ops: FusedOps) -> None:
         self._attend = ops.library.attention
         self._attend.argtypes = [_P, _L, _L, _P, _L, _L, _L, _P, _L, _L, _L, _P, _L, _P, _L, _L,
-                                 _L, _L, ctypes.c_float, _P, ctypes.c_int]  # fmt: skip
+                                 _L, _L, ctypes.c_float, _L, ctypes.c_float, _P,
+                                 ctypes.c_int]  # fmt: skip
         self._vector_exp = ops.vector_exp
 
     def _run(self, query: torch.Tensor, query_strides: tuple[int, int], keys: torch.Tensor,
              values: torch.Tensor, lengths: torch.Tensor, positions: int, groups: int,
-             scaling: float, threads: int | None) -> torch.Tensor:  # fmt: skip
+             scaling: float, threads: int | None, window: int | None = None,
+             softcap: float | None = None) -> torch.Tensor:  # fmt: skip
         """keys/values [rows, kv heads, columns, dim] (any strides, dim contiguous); query's
-        heads of one row and position contiguous, `query_strides` (row, position)."""
+        heads of one row and position contiguous, `query_strides` (row, position). `window`:
+        each query sees its last that many keys only; `softcap`: Gemma 2's cap on the scores
+        (windowed.py)."""
         rows, kv_heads, _, dim = keys.shape
         if keys.stride(3) != 1 or values.stride(3) != 1 or query.stride(-1) != 1:
             raise ValueError("attention: the head dimension must be contiguous")
@@ -61,7 +66,7 @@ class AttentionKernel:
             query.data_ptr(), *query_strides, keys.data_ptr(), keys.stride(0), keys.stride(1),
             keys.stride(2), values.data_ptr(), values.stride(0), values.stride(1),
             values.stride(2), lengths.data_ptr(), positions, out.data_ptr(), rows, kv_heads,
-            groups, dim, scaling, self._vector_exp,
+            groups, dim, scaling, window or 0, softcap or 0.0, self._vector_exp,
             torch.get_num_threads() if threads is None else threads,
         )  # fmt: skip
         if status:
@@ -76,6 +81,8 @@ class AttentionKernel:
         rows: DecodeRows,
         scaling: float,
         threads: int | None = None,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         """Each row's query over its first `rows.lengths` keys: [rows, heads × dim]. Called
         once per layer: the checks here are on shapes, `rows` checked its lengths once."""
@@ -85,7 +92,7 @@ class AttentionKernel:
         if rows.longest > keys.shape[2] or rows.count != count:
             raise ValueError(f"{rows.count} rows up to {rows.longest} keys for {keys.shape}")
         out = self._run(query, (query.stride(0), 0), keys, values, rows.lengths, 1, groups,
-                        scaling, threads)  # fmt: skip
+                        scaling, threads, window, softcap)  # fmt: skip
         return out.view(count, -1)
 
     def causal(
@@ -95,16 +102,21 @@ class AttentionKernel:
         values: torch.Tensor,
         scaling: float,
         threads: int | None = None,
+        window: int | None = None,
+        softcap: float | None = None,
+        before: int = 0,
     ) -> torch.Tensor:
-        """Each position's queries over the keys up to its own: [rows, length, heads × dim]."""
+        """Each position's queries over the keys up to its own: [rows, length, heads × dim].
+        `before`: keys of earlier positions ahead of the queries' (a prompt's next chunk)."""
         rows, heads, length, dim = query.shape
-        if keys.shape[2] < length or values.shape[2] < length:
-            raise ValueError(f"{length} positions over {keys.shape[2]} keys")
+        if keys.shape[2] < before + length or values.shape[2] < before + length:
+            raise ValueError(f"{before} + {length} positions over {keys.shape[2]} keys")
         if query.stride(1) != dim:  # a position's heads side by side
             query = query.transpose(1, 2).contiguous().transpose(1, 2)
-        lengths = torch.full((rows,), length, dtype=torch.int64)
+        lengths = torch.full((rows,), before + length, dtype=torch.int64)
         return self._run(query, (query.stride(0), query.stride(2)), keys, values, lengths,
-                         length, heads // keys.shape[1], scaling, threads)  # fmt: skip
+                         length, heads // keys.shape[1], scaling, threads, window,
+                         softcap)  # fmt: skip
 
     def agrees(self, kv_heads: int, groups: int, dim: int) -> bool:
         """Whether on random rows each output is float64's attention within a bfloat16 step
@@ -136,7 +148,11 @@ class AttentionKernel:
                                     DecodeRows(lengths[row : row + 1]), dim**-0.5)  # fmt: skip
                 if not torch.equal(alone[0], batched[row]):
                     return False
-        return nearest >= _NEAREST_SHARE * total and self._causal_agrees(kv_heads, groups, dim)
+        return (
+            nearest >= _NEAREST_SHARE * total
+            and self._causal_agrees(kv_heads, groups, dim)
+            and self._windowed_agrees(kv_heads, groups, dim)
+        )
 
     def _causal_agrees(self, kv_heads: int, groups: int, dim: int) -> bool:
         generator = torch.Generator().manual_seed(_SEED + 1)
@@ -155,10 +171,34 @@ class AttentionKernel:
                             values[1:2, :, :shorter], dim**-0.5)  # fmt: skip
         return torch.equal(alone[0], batched[1, :shorter])
 
+    def _windowed_agrees(self, kv_heads: int, groups: int, dim: int) -> bool:
+        """A sliding window and a soft cap, decoding and causally, against float64's (within a
+        bfloat16 step), as windowed.py orders them."""
+        generator = torch.Generator().manual_seed(_SEED + 2)
+        rows, length, window, cap = 3, 40, 9, 2.0
+        heads, scaling = kv_heads * groups, dim**-0.5
+        query = torch.randn(rows, heads, length, dim, generator=generator).bfloat16()
+        keys, values = (torch.randn(rows, kv_heads, length, dim, generator=generator).bfloat16()
+                        for _ in range(2))  # fmt: skip
+        causal = self.causal(query, keys, values, scaling, window=window, softcap=cap)
+        grouped = [t.double().repeat_interleave(groups, 1) for t in (keys, values)]
+        scores = torch.matmul(query.double(), grouped[0].transpose(-1, -2)) * scaling
+        scores = torch.tanh(scores / cap) * cap
+        scores = scores.masked_fill(~windowed.causal_allowed(length, window), float("-inf"))
+        exact = torch.matmul(scores.softmax(-1), grouped[1])
+        # An output that cancels to near 0 keeps float32's error of its terms (~1e-7): floor.
+        if not _close(causal, exact.transpose(1, 2).flatten(2), floor=2**-16):
+            return False
+        last = query[:, :, -1:].transpose(1, 2).reshape(rows, kv_heads, groups, dim)
+        lengths = torch.full((rows,), length)
+        decoded = self.decode(last.contiguous(), keys, values, DecodeRows(lengths), scaling,
+                              window=window, softcap=cap)  # fmt: skip
+        return torch.equal(decoded, causal[:, -1])
 
-def _close(mine: torch.Tensor, exact: torch.Tensor) -> bool:
-    """Within one bfloat16 step of `exact` everywhere."""
-    step = exact.abs().clamp(min=2**-126) * 2**-7
+
+def _close(mine: torch.Tensor, exact: torch.Tensor, floor: float = 2**-126) -> bool:
+    """Within one bfloat16 step of `exact` everywhere (of `floor` at least)."""
+    step = exact.abs().clamp(min=floor) * 2**-7
     return not bool(((mine.double() - exact).abs() > step).any())
 
 

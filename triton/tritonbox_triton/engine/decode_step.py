@@ -19,14 +19,15 @@ sums oneDNN would round differently, so a float32 engine keeps `F.linear`.
 The elementwise stages between the products (step_stages.py: norms, the MLP's activation, RoPE
 with the q/k norms and cache writes) run as one compiled pass each where fused_ops.py's kernels
 apply (Llama's arithmetic in bfloat16) and check out bit for bit, else as PyTorch's operations.
-Layers with a sliding window longer than a row, or soft-capped scores, attend as windowed.py
-computes it. The logits are float32 (float_logits.py).
+Sliding windows and soft-capped scores go through the compiled attention where it is built,
+else as windowed.py computes them. The logits are float32 (float_logits.py).
 
 Batches with LoRA adapters take the model's forward (lora_layers.py wraps its projections).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -34,8 +35,10 @@ import torch
 from . import windowed
 from .attention import DecodeAttention, model_kernel, prefill_attention
 from .family import unsupported
+from .filling import KVLayout, PromptChunk
 from .fused_ops import FusedOps
 from .kv_batch import Layers
+from .packed_layer import PackedLayer
 from .prefill import own_layers, right_padded
 from .step_stages import Stages
 
@@ -62,11 +65,15 @@ class DecodeStep(Stages):
         stages."""
         attention = "compiled" if self._attention_kernel else "PyTorch's"
         head = f"{self.family.name} layers, {attention} decode attention"
-        if self.fused is None:
+        stages = self.fused_stages()
+        if self._ops is None or not stages:
             return f"{head}, elementwise stages as PyTorch's operations"
-        silu = "SiLU·up fused" if self.fused_silu else "SiLU·up as PyTorch's"
-        return (f"{head}, fused elementwise stages ({self.fused.built}; "
-                f"ATen sums {self.fused.lanes} wide; {silu})")  # fmt: skip
+        return (f"{head}, fused elementwise stages: {', '.join(stages)} ({self._ops.built}; "
+                f"ATen sums {self._ops.lanes} wide)")  # fmt: skip
+
+    def kv_layout(self) -> KVLayout:
+        """Layers, kv heads, head dim and dtype of the model's keys and values (filling.py)."""
+        return len(self.layers), self.kv_heads, self.head_dim, self._embed.dtype
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         logits: torch.Tensor = self._lm_head(x)
@@ -102,7 +109,12 @@ class DecodeStep(Stages):
         valid: torch.Tensor,
         keys: torch.Tensor,
         values: torch.Tensor,
+        chunk: PromptChunk | None = None,
     ) -> torch.Tensor:
+        """With `chunk`, a piece of a prompt rides along (chunked prefill, filling.py): its
+        tokens go through the same products after the rows' (the weights are read once for
+        both), its keys and values into its own buffers; where it ends its prompt, the result
+        has one more row, the logits of the prompt's last position."""
         rows, width = ids.shape[0], valid.shape[1]
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         last = int(positions.max())
@@ -113,15 +125,17 @@ class DecodeStep(Stages):
         longest, softcap = last + 1, self.family.attention_softcap
         masks: dict[int | None, torch.Tensor] = {}  # per window, where windowed.py attends
         write = self.row_writer(positions, keys)
-        hidden = self.embedding(ids)
-        normed = torch.empty_like(hidden)  # each norm's output, read by the product after it
-        hidden, x = self.add_norm(hidden, None, self.layers[0].input_norm, normed)
-        for index, (layer, norm) in enumerate(zip(self.layers, self.next_norms(), strict=True)):
+
+        def attend(index: int, layer: PackedLayer, qkv: torch.Tensor) -> torch.Tensor:
             layer_keys = keys[index, :rows, :, :width]
             layer_values = values[index, :rows, :, :width]
-            query = write(layer.qkv(x), keys[index], values[index], index)
+            query = write(qkv[:rows], keys[index], values[index], index)
             window = self.family.windows[index]
-            if windowed.needs_explicit(window, longest, softcap):
+            if self._attention_kernel is not None:
+                grouped = query.reshape(rows, kv_heads, heads // kv_heads, dim)
+                attended = attention(grouped, layer_keys, layer_values, layer.scaling,
+                                     window, softcap)  # fmt: skip
+            elif windowed.needs_explicit(window, longest, softcap):
                 if window not in masks:
                     masks[window] = windowed.decode_allowed(valid, window)
                 attended = windowed.attend(
@@ -136,8 +150,59 @@ class DecodeStep(Stages):
             else:
                 grouped = query.reshape(rows, kv_heads, heads // kv_heads, dim)
                 attended = attention(grouped, layer_keys, layer_values, layer.scaling)
+            if chunk is None:
+                return attended
+            return torch.cat([attended, self.chunk_attention(qkv[rows:], chunk, index)])
+
+        if chunk is None:
+            return self._logits(self._layers(ids, attend))
+        self._rope_table(chunk.end)
+        x = self._layers(torch.cat([ids, chunk.ids]), attend)
+        return self._logits(torch.cat([x[:rows], x[-1:]]) if chunk.last else x[:rows])
+
+    @torch.inference_mode()
+    def extend(self, chunk: PromptChunk) -> torch.Tensor:
+        """A prompt's chunk alone (no decode rows): the logits [1, vocab] of its last position."""
+        self._rope_table(chunk.end)
+        x = self._layers(chunk.ids, lambda index, _, qkv: self.chunk_attention(qkv, chunk, index))
+        return self._logits(x[-1:])
+
+    def _layers(self, ids: torch.Tensor,
+                attend: Callable[[int, PackedLayer, torch.Tensor], torch.Tensor],
+                ) -> torch.Tensor:  # fmt: skip
+        """The final norm's output for tokens `ids`, `attend` giving each layer's attention
+        output from its q/k/v product."""
+        hidden = self.embedding(ids)
+        normed = torch.empty_like(hidden)  # each norm's output, read by the product after it
+        hidden, x = self.add_norm(hidden, None, self.layers[0].input_norm, normed)
+        for index, (layer, norm) in enumerate(zip(self.layers, self.next_norms(), strict=True)):
+            attended = attend(index, layer, layer.qkv(x))
             hidden, x = self.after_attention(layer, hidden, attended, norm, normed)
-        return self._logits(x)
+        return x
+
+    def chunk_attention(self, qkv: torch.Tensor, chunk: PromptChunk, index: int) -> torch.Tensor:
+        """Layer `index`'s attention for a prompt's chunk ([tokens, width] of its q/k/v
+        product): its keys and values written into the chunk's buffers, each query over the
+        prompt's keys up to its own: [tokens, heads × dim]."""
+        tokens, start, end = qkv.shape[0], chunk.start, chunk.end
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
+        layer = self.layers[index]
+        qk = self.prefill_rope(qkv[None], 1, tokens, index, start)[0]  # [tokens, heads, dim]
+        keys, values = chunk.keys[index], chunk.values[index]  # [1, kv heads, prompt, dim]
+        keys[0, :, start:end] = qk[:, heads:].transpose(0, 1)
+        values[0, :, start:end] = (
+            qkv[:, layer.qk_width :].view(tokens, kv_heads, dim).transpose(0, 1)
+        )
+        query = qk[:, :heads].transpose(0, 1)[None]  # [1, heads, tokens, dim]
+        window, softcap = self.family.windows[index], self.family.attention_softcap
+        keys, values = keys[:, :, :end], values[:, :, :end]
+        if self._attention_kernel is not None:
+            return self._attention_kernel.causal(query, keys, values, layer.scaling,
+                                                 window=window, softcap=softcap,
+                                                 before=start)[0]  # fmt: skip
+        allowed = windowed.causal_allowed(end, window)[:, :, start:]
+        attended = windowed.attend(query, keys, values, allowed, layer.scaling, softcap)
+        return attended[0].transpose(0, 1).reshape(tokens, heads * dim)
 
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[Layers]]:
@@ -164,7 +229,11 @@ class DecodeStep(Stages):
             value = qkv[..., layer.qk_width :].view(rows, length, kv_heads, dim).transpose(1, 2)
             cached.append((key, value))
             window = self.family.windows[index]
-            if windowed.needs_explicit(window, length, softcap):
+            kernel = self._attention_kernel
+            if kernel is not None:
+                attended = prefill_attention(query, key, value, layer.scaling, kernel, window,
+                                             softcap)  # fmt: skip
+            elif windowed.needs_explicit(window, length, softcap):
                 allowed = windowed.causal_allowed(length, window)
                 attended = windowed.attend(query, key, value, allowed, layer.scaling, softcap)
                 attended = attended.transpose(1, 2).reshape(rows, length, heads * dim)
@@ -173,10 +242,9 @@ class DecodeStep(Stages):
                 # PyTorch's: its fused kernel picks its path by batch size and threads (packed
                 # products from 64 tokens on). The compiled one gives a row its own bits alone.
                 q, k, v = (query, key, value)
-                if rows == 1 and self._attention_kernel is None:
+                if rows == 1:
                     q, k, v = (t.expand(2, -1, -1, -1) for t in (query, key, value))
-                kernel = self._attention_kernel
-                attended = prefill_attention(q, k, v, layer.scaling, kernel)[:rows]
+                attended = prefill_attention(q, k, v, layer.scaling)[:rows]
             hidden, x = self.after_attention(layer, hidden, attended, norm)
         last = x[torch.arange(rows), ends]  # the final norm is per position
         return self._logits(last), own_layers(cached, prompts)

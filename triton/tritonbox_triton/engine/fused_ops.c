@@ -57,11 +57,12 @@ float aten_row_sum(const float *x, long n, int lanes) {
     return total;
 }
 
-/* hidden += delta (unless delta is NULL), then out = weight * RMSNorm(hidden): transformers'
-   LlamaRMSNorm (float32 mean of squares, rsqrt, product, back to bfloat16, times the weight).
-   Returns -1 when a row is wider than this file allows. */
-int add_rms_norm(bf16 *hidden, const bf16 *delta, const bf16 *weight, bf16 *out, long rows,
-                 long columns, float eps, int lanes, int threads) {
+/* hidden += delta (unless delta is NULL), then out = RMSNorm(hidden) with its weight: Llama's
+   (float32 mean of squares, rsqrt, product, back to bfloat16, times the bfloat16 `weight`) or,
+   with `shifted` (1 + w in float32) instead, Gemma's (the product times 1 + w in float32, then
+   back to bfloat16). Returns -1 when a row is wider than this file allows. */
+static int norm_rows(bf16 *hidden, const bf16 *delta, const bf16 *weight, const float *shifted,
+                     bf16 *out, long rows, long columns, float eps, int lanes, int threads) {
     if (columns > MAX_COLUMNS || lanes > MAX_LANES) return -1;
 #pragma omp parallel for num_threads(threads) if (rows * columns >= PARALLEL_MIN)
     for (long r = 0; r < rows; ++r) {
@@ -78,10 +79,23 @@ int add_rms_norm(bf16 *hidden, const bf16 *delta, const bf16 *weight, bf16 *out,
         float variance = aten_row_sum(squares, columns, lanes) / (float)columns;
         float scale = 1.0f / sqrtf(variance + eps);
         bf16 *o = out + r * columns;
-        for (long c = 0; c < columns; ++c)
-            o[c] = narrow(widen(weight[c]) * widen(narrow(widen(h[c]) * scale)));
+        if (shifted)
+            for (long c = 0; c < columns; ++c) o[c] = narrow((widen(h[c]) * scale) * shifted[c]);
+        else
+            for (long c = 0; c < columns; ++c)
+                o[c] = narrow(widen(weight[c]) * widen(narrow(widen(h[c]) * scale)));
     }
     return 0;
+}
+
+int add_rms_norm(bf16 *hidden, const bf16 *delta, const bf16 *weight, bf16 *out, long rows,
+                 long columns, float eps, int lanes, int threads) {
+    return norm_rows(hidden, delta, weight, NULL, out, rows, columns, eps, lanes, threads);
+}
+
+int add_gemma_norm(bf16 *hidden, const bf16 *delta, const float *shifted, bf16 *out, long rows,
+                   long columns, float eps, int lanes, int threads) {
+    return norm_rows(hidden, delta, NULL, shifted, out, rows, columns, eps, lanes, threads);
 }
 
 /* RoPE on each token's query and key heads, as transformers' apply_rotary_pos_emb computes it
@@ -128,14 +142,14 @@ void row_sums(const float *x, float *out, long rows, long columns, int lanes) {
     for (long r = 0; r < rows; ++r) out[r] = aten_row_sum(x + r * columns, columns, lanes);
 }
 
-/* SiLU(gate) * up of the MLP, from one product of both: row r's gate is gate_up[r * stride ..],
+/* act(gate) * up of the MLP, from one product of both: row r's gate is gate_up[r * stride ..],
    its up the `columns` values after it; out is [rows, columns], rows shared among `threads`.
-   A bfloat16 gate has 65,536 values, so its SiLU is read from `silu_table`, PyTorch's own
-   F.silu of each of them indexed by its bits (fused_ops.py makes it, with one entry more: the
-   vector gather reads 32 bits at each index). Looked up, it costs a fraction of computing the
-   exponential; ATen gives every value the same SiLU on its vector and scalar paths (checked
-   for all of them at start), so the table is its SiLU wherever the value sits. The product is
-   rounded to bfloat16 as ATen rounds it. */
+   A bfloat16 gate has 65,536 values, so its activation (SiLU, or Gemma's GELU) is read from
+   `silu_table`, PyTorch's own F.silu (F.gelu) of each of them indexed by its bits
+   (fused_ops.py makes it, with one entry more: the vector gather reads 32 bits at each index).
+   Looked up, it costs a fraction of computing it; ATen gives every value the same result on
+   its vector and scalar paths (checked for all of them at start), so the table is its result
+   wherever the value sits. The product is rounded to bfloat16 as ATen rounds it. */
 void silu_mul(const bf16 *gate_up, long stride, bf16 *out, long rows, long columns,
               const bf16 *silu_table, int threads) {
 #pragma omp parallel for num_threads(threads) if (rows * columns >= PARALLEL_MIN)

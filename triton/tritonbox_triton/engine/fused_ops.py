@@ -1,23 +1,20 @@
 """The decode step's elementwise stages as one C pass each, rounded as PyTorch's operations are.
 
-Between its products a layer of the step runs ~30 small PyTorch operations (the two RMSNorms'
-casts, squares, mean, rsqrt and products, the residual additions, RoPE's products, halves and
-sum, the cache writes), each a pass over the activations with a dispatch of its own: a third of
-a 16-row step, and more of a prefill (docs/cpu-engine-history.md). Here a residual addition
+Between its products a layer of the step runs ~30 small PyTorch operations (norms, residual
+additions, RoPE, cache writes), each a pass with a dispatch of its own: a third of a 16-row
+step, and more of a prefill (docs/cpu-engine-history.md). Here a residual addition
 and the norm after it are one pass (`add_rms_norm`), RoPE with the cache writes another
-(`rope`), and the MLP's SiLU(gate) · up a third (`silu_mul`). A prefill's rows are shared
-among the calling thread's OpenMP workers: the library links the libgomp torch has loaded, so
-those are torch's own (`load` checks that no second libgomp came with it).
+(`rope`), and the MLP's act(gate) · up a third (`silu_mul`; Gemma's stages: fused_gemma.py).
+A prefill's rows are shared among torch's own OpenMP workers (the library links the libgomp
+torch has loaded; `load` checks that no second one came with it).
 
-The engine promises generate()'s tokens bit for bit, so each value is computed as PyTorch
-computes it: bfloat16 operands widened to float32, each operation's result rounded back to
-bfloat16 where PyTorch's is (round to nearest even), no fused multiply-adds, the norm's mean
-summed in the order of ATen's CPU sum, whose vector width is this machine's, and SiLU read
-from a table of PyTorch's own F.silu of every bfloat16 value (ATen gives each value the same
-SiLU on its vector and scalar paths: checked for all of them at start). That order and
-every stage are checked against PyTorch's own operations at start (`load`, `FusedOps.agrees`) on
-random inputs; where anything differs, where no C compiler is found or the dtype is not
-bfloat16, the step keeps PyTorch's operations, and says so in the log.
+Each value is computed as PyTorch computes it: bfloat16 operands widened to float32, each
+result rounded back to bfloat16 where PyTorch's is, no fused multiply-adds, the norm's mean
+summed in the order of ATen's CPU sum (whose vector width is this machine's), and the
+activation read from a table of PyTorch's own of every bfloat16 value. That order and every
+stage are checked against PyTorch's operations at start (`load`, `FusedOps.agrees`) on random
+inputs; where anything differs, where no C compiler is found or the dtype is not bfloat16, the
+step keeps PyTorch's operations, and says so in the log.
 
 Building and caching the library: fused_build.py.
 """
@@ -28,6 +25,7 @@ import ctypes
 import functools
 import logging
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -43,6 +41,7 @@ LANES = (8, 16)  # float vectors of AVX2 and AVX-512: the widths ATen's sums may
 TRIES = 6  # random inputs per shape in each check
 _SEED = 20261126
 _P, _L = ctypes.c_void_p, ctypes.c_long
+Activation = Callable[[torch.Tensor], torch.Tensor]  # F.silu, or Gemma's GELU (tanh)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -76,7 +75,7 @@ class FusedOps:
         self._rope.argtypes = [_P, _L, _L, _L, _L, _P, _P, _P, _P, _L, _P, _P, _L, ctypes.c_int]
         self._silu_mul = library.silu_mul
         self._silu_mul.argtypes = [_P, _L, _P, _L, _L, _P, ctypes.c_int]
-        self._silu_table = _silu_table()
+        self._tables: dict[Activation, torch.Tensor] = {}
         self.vector_exp = vector_exp  # Sleef's exp in libtorch_cpu (the compiled attention's)
         self._row_sums = library.row_sums
         self._row_sums.argtypes = [_P, _P, _L, _L, ctypes.c_int]
@@ -116,13 +115,14 @@ class FusedOps:
                    0 if keys is None else keys.shape[2], torch.get_num_threads())  # fmt: skip
         return out
 
-    def silu_mul(self, gate_up: torch.Tensor, intermediate: int) -> torch.Tensor:
+    def silu_mul(self, gate_up: torch.Tensor, intermediate: int,
+                 activation: Activation = F.silu) -> torch.Tensor:  # fmt: skip
         """`swiglu(gate_up, intermediate)` [rows, intermediate] from the MLP's one product of
-        gate and up [rows, 2 × intermediate] (rows contiguous)."""
+        gate and up [rows, 2 × intermediate] (rows contiguous); `activation` for SiLU's."""
         rows = gate_up.numel() // gate_up.shape[-1]
         out = torch.empty(*gate_up.shape[:-1], intermediate, dtype=gate_up.dtype)
         self._silu_mul(gate_up.data_ptr(), gate_up.stride(-2), out.data_ptr(), rows,
-                       intermediate, self._silu_table.data_ptr(),
+                       intermediate, self.table(activation).data_ptr(),
                        torch.get_num_threads())  # fmt: skip
         return out
 
@@ -139,11 +139,19 @@ class FusedOps:
             for attempt in range(TRIES)
         )
 
-    def silu_agrees(self, intermediate: int) -> bool:
-        """Whether `silu_mul` gives PyTorch's bits: for every finite bfloat16 gate value on
-        each of its paths against each of ATen's (rows of 16 values: its vector path against
-        ATen's scalar one; 64: both vector; 15: both scalar), then at this width with tails
-        on `TRIES` random inputs per row count."""
+    def table(self, activation: Activation) -> torch.Tensor:
+        """`activation` of every bfloat16 value, by its bits (made once)."""
+        if activation not in self._tables:
+            self._tables[activation] = _table(activation)
+        return self._tables[activation]
+
+    def silu_agrees(self, intermediate: int, activation: Activation = F.silu,
+                    vector_only: bool = False) -> bool:  # fmt: skip
+        """Whether `silu_mul` (with `activation`) gives PyTorch's bits: for every finite
+        bfloat16 gate on each of its paths against each of ATen's (rows of 16: its vector path
+        against ATen's scalar one; 64: both vector; 15: both scalar), then at this width with
+        tails on `TRIES` random inputs per row count. `vector_only`: ATen's vector path alone
+        (rows of 64, no tails), for GELU, whose scalar path rounds a few values otherwise."""
         generator = torch.Generator().manual_seed(_SEED)
         every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
         gates = every[every.float().isfinite()]  # 65,280 values: a multiple of 15, 16 and 64
@@ -151,16 +159,19 @@ class FusedOps:
             torch.cat(
                 [gates.view(-1, width), _random((gates.numel() // width, width), 1, generator)], 1
             )
-            for width in (16, 64, 15)
+            for width in ((64,) if vector_only else (16, 64, 15))
         )
         random = (
             _random((rows, 2 * width), attempt, generator)
-            for width in (intermediate, intermediate + 7)
+            for width in ((intermediate,) if vector_only else (intermediate, intermediate + 7))
             for rows in (1, 2, 3, 16, 33, 200)
             for attempt in range(TRIES)
         )
         return all(
-            torch.equal(self.silu_mul(gate_up, half), swiglu(gate_up, half))
+            torch.equal(
+                self.silu_mul(gate_up, half, activation),
+                activation(gate_up[:, :half]) * gate_up[:, half:],
+            )
             for gate_up in (*exhaustive, *random)
             for half in [gate_up.shape[1] // 2]
         )
@@ -202,10 +213,10 @@ class FusedOps:
         )
 
 
-def _silu_table() -> torch.Tensor:
-    """F.silu of every bfloat16 value, indexed by its bits, and one entry of padding."""
+def _table(activation: Activation) -> torch.Tensor:
+    """`activation` of every bfloat16 value, indexed by its bits, and one entry of padding."""
     every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
-    return torch.cat([F.silu(every), every[:1]])
+    return torch.cat([activation(every), every[:1]])
 
 
 def _random(shape: tuple[int, int], attempt: int, generator: torch.Generator) -> torch.Tensor:

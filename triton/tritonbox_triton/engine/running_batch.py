@@ -1,13 +1,9 @@
 """The decode batch: the running sequences and their KV buffers, the prefills that bring requests
-into it, and the step that gives each of them its next token.
+into it (batch_prefill.py), and the step that gives each of them its next token, with the
+chunk of a prompt being prefilled beside them (filling.py).
 
-Prompts that need nothing but their next token are prefilled together (prefill.py), over the
-prepacked weights where the model allows (decode_step.py); a lone prompt once, or as twin rows,
-where that gives the bits of the model's forward on twin rows (generate()'s reference), else
-through that forward, as is a prompt with an adapter or prompt log-probs (docs/cpu-engine.md,
-"Exactness, and why"). The decode step runs the written-out step, or the model's forward when a
-row has an adapter. Tokens are chosen from float32 logits (batch_choice.py) and leave through
-responses.py.
+The decode step runs the written-out step, or the model's forward when a row has an adapter.
+Tokens are chosen from float32 logits (batch_choice.py) and leave through responses.py.
 """
 
 from __future__ import annotations
@@ -18,9 +14,10 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from . import prefill, prompt_logprobs
+from . import prompt_logprobs
 from .attention import padding_block
 from .batch_choice import choose_tokens
+from .batch_prefill import BatchPrefill
 from .decode_step import DecodeStep
 from .family import unsupported
 from .fused_ops import load as load_fused_ops
@@ -29,12 +26,13 @@ from .lora_layers import LoraRows
 from .request import EngineFinish, EngineObserver, EngineRequest, Running
 from .responses import Responses
 from .sampling import SequenceState
+from .timings import DEFAULT_TIMINGS, EngineTimings
 from .words import Decode, WordRules
 
 log = logging.getLogger(__name__)
 
 
-class RunningBatch:
+class RunningBatch(BatchPrefill):
     """The running sequences, in their KV buffers' row order; `counts` is this iteration's
     prefilled requests and tokens and decoded rows (stats.py)."""
 
@@ -47,6 +45,7 @@ class RunningBatch:
         *,
         lora_rows: LoraRows | None = None,
         kernel_dir: Path | None = None,
+        timings: EngineTimings = DEFAULT_TIMINGS,
     ) -> None:
         self.model = model
         # Decodes batches without adapters instead of the model's forward; the two give the
@@ -68,59 +67,13 @@ class RunningBatch:
         self._observer = observer
         self.running: list[Running] = []
         self.kv = self._new_cache()
+        super().__init__(timings)
         self.counts = {"context": 0, "context_tokens": 0, "generation": 0}
 
     def reserved(self) -> int:
         """Tokens the running requests reserve in the KV cache (prompt + max_tokens each)."""
-        return sum(run.request.reserved_tokens for run in self.running)
-
-    def prefill(self, admitted: list[EngineRequest]) -> None:
-        """Prefill `admitted` and send their first tokens; those that go on join the batch.
-        A failed pass fails its own requests only."""
-        shared = [r for r in admitted if prefill.shareable(r.params, r.lora is not None)]
-        shared_ids = {id(r) for r in shared}
-        runs = [[shared[i] for i in run] for run in prefill.groups([r.prompt for r in shared])]
-        runs += [[r] for r in admitted if id(r) not in shared_ids]
-        for run in runs:
-            try:
-                lone = run[0] if len(run) == 1 and id(run[0]) in shared_ids else None
-                if len(run) > 1 or (lone is not None and self._lone_exact(lone)):
-                    self.prefill_shared(run)
-                elif lone is not None and self._twin_exact(lone):
-                    self.prefill_shared(run, copies=2)
-                else:
-                    self._prefill(run[0])
-            except Exception as error:
-                log.exception("prefill failed")
-                for request in run:
-                    request.sink.on_error(f"prefill failed: {error}")
-                    self._observer.on_finished("error")
-
-    def prefill_shared(self, requests: list[EngineRequest], copies: int = 1) -> None:
-        """One pass for these prompts that need nothing but their next token (prefill.py), over
-        the prepacked weights where the model has them (decode_step.py). A lone one comes here
-        only where that gives `_prefill`'s bits (generate()'s twin reference): once, or as
-        twin rows (`copies`), in a half or two thirds of `_prefill`'s time."""
-        prompts = [r.prompt for r in requests] * copies
-        if self._lora_rows is not None:
-            self._lora_rows.use([None] * len(prompts))
-        if self.fast_step is not None:
-            logits, layers = self.fast_step.prefill(prompts)
-        else:
-            logits, layers = prefill.prefill_together(self.model, prompts)
-        self.counts["context"] += len(requests)
-        self.counts["context_tokens"] += sum(len(r.prompt) for r in requests)
-        rows = len(requests)  # a twin's copy is left out
-        self._start(requests, logits[:rows].float(), layers[:rows])
-
-    def _lone_exact(self, request: EngineRequest) -> bool:
-        """Whether a lone prompt's single pass over the prepacked weights gives `_prefill`'s
-        bits."""
-        return self.fast_step is not None and self.fast_step.lone_exact_for(len(request.prompt))
-
-    def _twin_exact(self, request: EngineRequest) -> bool:
-        """Whether a lone prompt's twin pass over the prepacked weights gives `_prefill`'s bits."""
-        return self.fast_step is not None and self.fast_step.exact_for(len(request.prompt))
+        filling = 0 if self.filling is None else self.filling.request.reserved_tokens
+        return filling + sum(run.request.reserved_tokens for run in self.running)
 
     def _prefill(self, request: EngineRequest) -> None:
         cache = DynamicCache()  # every layer keeps every key: windows are masked (windowed.py)
@@ -173,7 +126,12 @@ class RunningBatch:
         self.running.extend(runs[i] for i in going)
 
     def decode_step(self) -> int:
-        """One token for every running sequence; how many ended (they have left the batch)."""
+        """One token for every running sequence, and the filling prompt's next chunk; how many
+        ended (they have left the batch)."""
+        if not self.running:
+            if self.filling is not None:
+                self._fill()
+            return 0
         valid, positions = self.kv.decode_inputs()
         # A lone sequence runs as two identical rows (kv_batch.py says why).
         rows = self.running * (self.kv.shown_rows // len(self.running))
@@ -182,10 +140,13 @@ class RunningBatch:
         if self._lora_rows is not None:
             self._lora_rows.use([run.request.lora for run in rows])
             adapters = bool(self._lora_rows.groups)
+        chunk = None
         if self.fast_step is not None and not adapters:
             kv = self.kv
+            if self.filling is not None:
+                chunk = self.filling.chunk(self._chunk_tokens)
             step = self.fast_step(
-                last[:, 0], positions[:, 0], valid, kv.key_buffers, kv.value_buffers
+                last[:, 0], positions[:, 0], valid, kv.key_buffers, kv.value_buffers, chunk
             )
         else:
             output = self.model(
@@ -209,6 +170,8 @@ class RunningBatch:
         ]
         if len(keep) != running:
             self.keep(keep)
+        if self.filling is not None:  # after the rows' tokens: theirs were due first
+            self._fill(step if chunk is not None else None, chunk)
         return running - len(keep)
 
     def keep(self, keep: list[int]) -> None:
@@ -223,10 +186,11 @@ class RunningBatch:
 
     def fail(self, message: str) -> None:
         """Every running request fails with `message`; the batch starts afresh."""
-        for run in self.running:
-            run.request.sink.on_error(message)
+        filling = [] if self.filling is None else [self.filling.request]
+        for request in [*filling, *(run.request for run in self.running)]:
+            request.sink.on_error(message)
             self._observer.on_finished("error")
-        self.running = []
+        self.running, self.filling = [], None
         self.kv = self._new_cache()
 
     def _new_cache(self) -> BatchedKVCache:

@@ -16,6 +16,7 @@ lists, which every request here may set.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -76,7 +77,13 @@ class InflightBatcher:
         )
         responses = Responses(self._observer, timings.pairs_from)
         self._batch = RunningBatch(
-            model, decode, responses, self._observer, lora_rows=lora_rows, kernel_dir=kernel_dir
+            model,
+            decode,
+            responses,
+            self._observer,
+            lora_rows=lora_rows,
+            kernel_dir=kernel_dir,
+            timings=timings,
         )
         self._thread: threading.Thread | None = None
         self._iteration = 0
@@ -137,9 +144,9 @@ class InflightBatcher:
         self._queue.stop()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        for request in [*self._queue.drain(), *(r.request for r in self._batch.running)]:
+        self._batch.fail("the engine is shutting down")
+        for request in self._queue.drain():
             request.sink.on_error("the engine is shutting down")
-        self._batch.running.clear()
 
     def describe(self) -> str:
         """The start-up log line's words for how batches without adapters are decoded."""
@@ -194,23 +201,28 @@ class InflightBatcher:
             # once either way), and they stay in step. A large rest is split again, as a wave.
             while self._admit(queue.next_pass()):
                 pass
-        if batch.running and (ended := batch.decode_step()):
+        if (batch.running or batch.filling) and (ended := batch.decode_step()):
             queue.ended(ended, idle=not batch.running)
         self._report()
-        return bool(batch.running or len(queue))
+        return bool(batch.running or batch.filling or len(queue))
 
     def _admit(self, limit: int | None = None) -> int:
         """Prefill waiting requests while the batch has room and their KV reservations fit
         (else the first stays first in line), `limit` of them at most; how many it admitted."""
+        batch = self._batch
         admitted: list[EngineRequest] = []
-        room = self._max_batch_size - len(self._batch.running)
+        room = self._max_batch_size - len(batch.running) - (batch.filling is not None)
         most = room if limit is None else min(room, limit)
         while len(admitted) < most:
-            reserved = self._batch.reserved() + sum(r.reserved_tokens for r in admitted)
+            reserved = batch.reserved() + sum(r.reserved_tokens for r in admitted)
+            busy = bool(batch.running or admitted)
+            # One prompt fills in chunks at a time (filling.py): the next waits its turn.
+            filling = batch.filling is not None or any(batch.chunked(r, busy) for r in admitted)
             request = self._queue.pop_fitting(
                 reserved,
                 self._limits.kv_cache_max_tokens,
-                must_fit=bool(self._batch.running or admitted),
+                must_fit=busy,
+                refuse=functools.partial(batch.chunked, busy=busy) if filling else None,
             )
             if request is None:
                 break
@@ -218,7 +230,7 @@ class InflightBatcher:
                 self._cancels.cancel([request])
                 continue
             admitted.append(request)
-        self._batch.prefill(admitted)
+        batch.prefill(admitted)
         return len(admitted)
 
     def _report(self) -> None:

@@ -14,19 +14,13 @@ import torch
 import torch.nn.functional as F
 
 from . import family as families
-from .fused_ops import FusedOps, rms_norm, rotary, swiglu
+from .fused_gemma import GemmaNorm, gelu_tanh, gemma_rms_norm
+from .fused_ops import Activation, FusedOps, rms_norm, rotary
 from .packed_layer import PackedLayer
 
 log = logging.getLogger(__name__)
 # (qkv, a layer's keys, its values, the layer's index) -> the rows' queries [rows, heads, dim]
 RowWriter = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
-
-
-def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' Gemma RMSNorm, operation for operation: `x · (1 + w)` in float32."""
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return (normed * (1.0 + weight.float())).type_as(x)
 
 
 class Stages:
@@ -47,15 +41,29 @@ class Stages:
         self._rotary_emb = decoder.rotary_emb
         self._tables: dict[str | None, tuple[torch.Tensor, torch.Tensor]] = {}
         self._rope_table(config.max_position_embeddings)
-        llama = self.family.llama_shaped
-        self.fused = fused if fused is not None and llama and self._fused_agrees(fused) else None
-        self.fused_silu = self.fused is not None and self._silu_agrees(self.fused)
-
-    def _fused_agrees(self, fused: FusedOps) -> bool:
-        if self._embed.dtype != torch.bfloat16:
+        self.activation: Activation = F.silu if self.family.activation == "silu" else gelu_tanh
+        if fused is not None and self._embed.dtype != torch.bfloat16:
             log.info("fused ops: bfloat16 only; the %s step runs PyTorch's operations",
                      self._embed.dtype)  # fmt: skip
-            return False
+            fused = None
+        gemma, self._ops = self.family.gemma_norms, fused
+        # Llama's norms (any family that has them) and RoPE with the cache writes (Llama's
+        # layer only: q/k norms come between the product and RoPE elsewhere) ...
+        agrees = fused is not None and not gemma and self._fused_agrees(fused)
+        self.norm_ops = fused if agrees else None
+        self.fused = fused if agrees and self.family.llama_shaped else None
+        # ... Gemma's norms (fused_gemma.py) ...
+        self._gemma: dict[int, GemmaNorm] | None = None
+        if fused is not None and gemma:
+            if GemmaNorm(fused, self.final_norm, self.eps).agrees():
+                self._gemma = {}
+            else:
+                log.warning("fused ops: not PyTorch's Gemma norm here; PyTorch's operations")
+        # ... and the MLP's act(gate) · up.
+        self.act_ops = fused if fused is not None and self._act_agrees(fused) else None
+        self.fused_silu = self.act_ops is not None  # (the log's and tests' name)
+
+    def _fused_agrees(self, fused: FusedOps) -> bool:
         cos, sin = self._tables[None]
         norm, heads, kv_heads = self.final_norm, self.heads, self.kv_heads
         if not fused.agrees(norm, self.eps, heads, kv_heads, cos[:256], sin[:256]):
@@ -63,11 +71,32 @@ class Stages:
             return False
         return True
 
-    def _silu_agrees(self, fused: FusedOps) -> bool:
-        if not fused.silu_agrees(self.layers[0].intermediate):
-            log.warning("fused ops: SiLU·up not PyTorch's bits here; it runs PyTorch's")
+    def _act_agrees(self, fused: FusedOps) -> bool:
+        intermediate = self.layers[0].intermediate
+        # ATen's scalar GELU rounds a few values unlike its vector one: only where the MLP's
+        # width leaves ATen no scalar tail (vectors of up to 64 bfloat16 values).
+        gelu = self.activation is gelu_tanh
+        if gelu and intermediate % 64:
+            log.info("fused ops: GELU·up as PyTorch's at width %d", intermediate)
+            return False
+        if not fused.silu_agrees(intermediate, self.activation, vector_only=gelu):
+            log.warning("fused ops: act·up not PyTorch's bits here; it runs PyTorch's")
             return False
         return True
+
+    def _gemma_norm(self, weight: torch.Tensor) -> GemmaNorm:
+        assert self._gemma is not None and self._ops is not None
+        norm = self._gemma.get(id(weight))
+        if norm is None:  # one per weight tensor: each keeps its 1 + w
+            norm = self._gemma[id(weight)] = GemmaNorm(self._ops, weight, self.eps)
+        return norm
+
+    def fused_stages(self) -> list[str]:
+        """The stages that run fused (for the start-up log)."""
+        named = {"norms": self.norm_ops is not None or self._gemma is not None,
+                 "RoPE and cache writes": self.fused is not None,
+                 "act·up": self.act_ops is not None}  # fmt: skip
+        return [name for name, fused in named.items() if fused]
 
     def _rope_table(self, positions: int) -> None:
         """RoPE's cos and sin at every position below `positions` (at least), for each of the
@@ -93,15 +122,22 @@ class Stages:
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if self.family.gemma_norms:
+            if self._gemma is not None:
+                return self._gemma_norm(weight)(x)
             return gemma_rms_norm(x, weight, self.eps)
+        if self.norm_ops is not None:
+            return self.norm_ops.add_rms_norm(x.contiguous(), None, weight, self.eps)
         return rms_norm(x, weight, self.eps)
 
     def add_norm(self, hidden: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor,
                  out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """The residual stream plus `delta` (unless None), and its norm by `weight` (fused:
         into `out` when given, a buffer the step reuses once the norm's last reader is done)."""
-        if self.fused is not None:  # `hidden` added to in place: the caller's own tensor
-            return hidden, self.fused.add_rms_norm(hidden, delta, weight, self.eps, out)
+        # Fused, `hidden` is added to in place: the caller's own tensor.
+        if self.norm_ops is not None:
+            return hidden, self.norm_ops.add_rms_norm(hidden, delta, weight, self.eps, out)
+        if self._gemma is not None:
+            return hidden, self._gemma_norm(weight)(hidden, delta, out)
         if delta is not None:
             hidden = hidden + delta
         return hidden, self.norm(hidden, weight)
@@ -116,10 +152,10 @@ class Stages:
             hidden, x = self.add_norm(hidden, layer.o(attended), layer.post_norm, out)
             return self.add_norm(hidden, layer.down(self.mlp(layer, x)), next_norm, out)
         assert layer.pre_mlp_norm is not None and layer.post_mlp_norm is not None
-        hidden = hidden + self.norm(layer.o(attended), layer.post_norm)
-        x = self.norm(hidden, layer.pre_mlp_norm)
-        hidden = hidden + self.norm(layer.down(self.mlp(layer, x)), layer.post_mlp_norm)
-        return hidden, self.norm(hidden, next_norm)
+        hidden, x = self.add_norm(hidden, self.norm(layer.o(attended), layer.post_norm),
+                                  layer.pre_mlp_norm, out)  # fmt: skip
+        delta = self.norm(layer.down(self.mlp(layer, x)), layer.post_mlp_norm)
+        return self.add_norm(hidden, delta, next_norm, out)
 
     def next_norms(self) -> list[torch.Tensor]:
         """Each layer's input norm after the first, then the final norm: the norm that follows
@@ -129,13 +165,10 @@ class Stages:
     def mlp(self, layer: PackedLayer, x: torch.Tensor) -> torch.Tensor:
         """The MLP's act(gate) · up, from one product of both (sliced: `chunk` costs more)."""
         gate_up = layer.gate_up(x)
-        if self.fused_silu:
-            assert self.fused is not None
-            return self.fused.silu_mul(gate_up, layer.intermediate)
-        if self.family.activation == "silu":
-            return swiglu(gate_up, layer.intermediate)
+        if self.act_ops is not None:
+            return self.act_ops.silu_mul(gate_up, layer.intermediate, self.activation)
         gate, up = gate_up[..., : layer.intermediate], gate_up[..., layer.intermediate :]
-        return F.gelu(gate, approximate="tanh") * up
+        return self.activation(gate) * up
 
     def qk_heads(self, qkv: torch.Tensor, layer: PackedLayer) -> torch.Tensor:
         """q's and k's heads [..., heads + kv heads, dim] out of `qkv` [..., width], each normed
@@ -187,15 +220,18 @@ class Stages:
 
         return write
 
-    def prefill_rope(self, qkv: torch.Tensor, rows: int, length: int, index: int) -> torch.Tensor:
-        """RoPE on a prefill's queries and keys: [rows, length, heads + kv heads, dim]."""
+    def prefill_rope(self, qkv: torch.Tensor, rows: int, length: int, index: int,
+                     start: int = 0) -> torch.Tensor:  # fmt: skip
+        """RoPE on a prefill's queries and keys: [rows, length, heads + kv heads, dim], at
+        positions from `start` (a prompt's later chunk)."""
         qk_heads, dim = self.heads + self.kv_heads, self.head_dim
         if self.fused is not None:
-            positions = torch.arange(length).repeat(rows)
+            positions = torch.arange(start, start + length).repeat(rows)
             flat = qkv.view(rows * length, -1)
             cos, sin = self._tables[None]
             qk = self.fused.rope(flat, qk_heads, cos, sin, positions)
             return qk.view(rows, length, qk_heads, dim)
         cos, sin = self._tables[self.family.rope_types[index]]
         qk = self.qk_heads(qkv.view(rows, length, -1), self.layers[index])
-        return rotary(qk, cos[None, :length, None, :], sin[None, :length, None, :])
+        at = slice(start, start + length)
+        return rotary(qk, cos[None, at, None, :], sin[None, at, None, :])

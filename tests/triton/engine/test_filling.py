@@ -1,0 +1,174 @@
+"""Chunked prefill and the prefix cache (engine/filling.py, prefix_cache.py): a prompt cut into
+chunks gets the keys and logits of one pass, a long prompt fills beside running streams without
+stalling them, a prompt that starts as an earlier one continues from its keys, and the answers
+stay stock transformers' (float32, greedy) with both on."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from tritonbox_testing.families import build
+
+from tritonbox_triton.engine import fused_ops
+from tritonbox_triton.engine.attention import load_model
+from tritonbox_triton.engine.decode_step import DecodeStep
+from tritonbox_triton.engine.filling import Filling
+from tritonbox_triton.engine.params import EngineLimits, SamplingParams
+from tritonbox_triton.engine.prefix_cache import BLOCK
+from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
+from tritonbox_triton.engine.timings import DEFAULT_TIMINGS
+
+EOS = 2
+CHUNK = 32
+
+
+def _prompt(length: int, seed: int) -> list[int]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(3, 500, (length,), generator=generator).tolist()
+
+
+def _stock_greedy(checkpoint: Path, prompt: list[int], tokens: int) -> list[int]:
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=tokens, do_sample=False,
+                             min_new_tokens=tokens)  # fmt: skip
+    return [int(token) for token in out[0, len(prompt) :]]
+
+
+def _params(tokens: int) -> SamplingParams:
+    return SamplingParams(max_tokens=tokens, min_tokens=tokens, end_id=EOS, pad_id=0)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build("llama", tmp_path_factory.mktemp("llama"))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2", "gemma3_text"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_a_prompt_in_chunks_gets_the_keys_and_logits_of_one_pass(
+    family: str, dtype: torch.dtype, tmp_path: Path
+) -> None:
+    model = load_model(build(family, tmp_path), dtype)
+    step = DecodeStep(model, fused_ops.load())
+    prompt = _prompt(150, seed=1)  # past the window (8), in chunks of 40, 40, 40, 30
+    logits, layers = step.prefill([prompt])
+    filling = Filling(EngineRequest(prompt, _params(1), None, [], []), step.kv_layout())
+    chunks = 0
+    while True:
+        chunk = filling.chunk(40)
+        chunked = step.extend(chunk)
+        filling.advance(chunk)
+        chunks += 1
+        if chunk.last:
+            break
+    assert chunks == 4
+    tolerance = 1e-4 if dtype == torch.float32 else 0.0  # bfloat16 rows of 40: the same bits
+    assert (chunked[0] - logits[0]).abs().max() <= tolerance
+    for (keys, values), (own_keys, own_values) in zip(filling.layers(), layers[0], strict=True):
+        assert (keys - own_keys).abs().max() <= 2 * tolerance
+        assert (values - own_values).abs().max() <= 2 * tolerance
+
+
+def _engine(checkpoint: Path, **timings: Any) -> InflightBatcher:
+    model = load_model(checkpoint, torch.float32)
+    engine = InflightBatcher(
+        model,
+        lambda ids: " ".join(map(str, ids)),
+        EngineLimits(512, 128, 8192),
+        max_batch_size=4,
+        timings=dataclasses.replace(DEFAULT_TIMINGS, **timings),
+    )
+    engine.start()
+    return engine
+
+
+class _Watched:
+    """A sink that notes how many tokens another sink had when its first token came."""
+
+    def __init__(self, sink: Any, others: list[Any]) -> None:
+        self.sink, self.others = sink, others
+        self.others_at_first: list[int] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sink, name)
+
+    def on_tokens(self, tokens: list[int], *args: Any, **kwargs: Any) -> None:
+        if self.others_at_first is None:
+            self.others_at_first = [len(other.tokens) for other in self.others]
+        self.sink.on_tokens(tokens, *args, **kwargs)
+
+
+def test_a_long_prompt_fills_in_chunks_beside_running_streams(
+    llama: Path, make_sink: Any
+) -> None:
+    """The running streams keep getting tokens while a long prompt comes in, one chunk a step
+    (counted, not timed), and every answer is still stock transformers' in float32."""
+    engine = _engine(llama, prefill_chunk_tokens=CHUNK, prefix_cache_bytes=0)
+    streams = [_prompt(20, seed=2), _prompt(25, seed=3)]
+    long_prompt = _prompt(300, seed=4)
+    try:
+        sinks = [make_sink() for _ in streams]
+        for prompt, sink in zip(streams, sinks, strict=True):
+            engine.submit(EngineRequest(prompt, _params(120), sink, [], []))
+        while min(len(sink.tokens) for sink in sinks) < 2:  # both decoding
+            sinks[0].done.wait(0.01)
+        before = [len(sink.tokens) for sink in sinks]
+        watched = _Watched(make_sink(), sinks)
+        engine.submit(EngineRequest(long_prompt, _params(8), watched, [], []))  # type: ignore[arg-type]
+        long_answer = watched.sink.wait(300).tokens
+        answers = [sink.wait(300).tokens for sink in sinks]
+    finally:
+        engine.stop()
+    assert watched.others_at_first is not None
+    chunks = -(-len(long_prompt) // CHUNK)
+    for had, at_first in zip(before, watched.others_at_first, strict=True):
+        # one token a step, a chunk a step: the streams were not held for the whole prompt
+        assert at_first - had >= chunks - 2, (had, at_first, chunks)
+    assert long_answer == _stock_greedy(llama, long_prompt, 8)
+    for prompt, answer in zip(streams, answers, strict=True):
+        assert answer == _stock_greedy(llama, prompt, 120)
+
+
+def test_a_prompt_that_starts_as_an_earlier_one_continues_from_its_keys(
+    llama: Path, make_sink: Any
+) -> None:
+    shared = _prompt(3 * BLOCK + 10, seed=5)
+    first, second = shared + _prompt(12, seed=6), shared + _prompt(9, seed=7)
+    engine = _engine(llama)
+    try:
+        answers = []
+        for prompt in (first, second):
+            sink = make_sink()
+            engine.submit(EngineRequest(prompt, _params(12), sink, [], []))
+            answers.append(sink.wait(300).tokens)
+        cache = engine._batch.prefixes
+        assert cache.hits == 1 and cache.tokens_saved == 3 * BLOCK
+        assert 0 < cache.used <= cache.capacity
+    finally:
+        engine.stop()
+    assert answers == [_stock_greedy(llama, prompt, 12) for prompt in (first, second)]
+
+
+def test_two_long_prompts_fill_one_after_the_other(llama: Path, make_sink: Any) -> None:
+    engine = _engine(llama, prefill_chunk_tokens=CHUNK)
+    prompts = [_prompt(20, seed=8), _prompt(200, seed=9), _prompt(180, seed=10)]
+    try:
+        sinks = [make_sink() for _ in prompts]
+        engine.submit(EngineRequest(prompts[0], _params(60), sinks[0], [], []))
+        while not sinks[0].tokens:
+            sinks[0].done.wait(0.01)
+        for prompt, sink in zip(prompts[1:], sinks[1:], strict=True):
+            engine.submit(EngineRequest(prompt, _params(6), sink, [], []))
+        answers = [sink.wait(300).tokens for sink in sinks]
+    finally:
+        engine.stop()
+    expected = [_stock_greedy(llama, p, n) for p, n in zip(prompts, (60, 6, 6), strict=True)]
+    assert answers == expected

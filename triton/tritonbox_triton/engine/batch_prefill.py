@@ -1,0 +1,159 @@
+"""How admitted requests are prefilled into the decode batch (a part of `RunningBatch`,
+running_batch.py, kept apart so that each file reads as one thing): prompts that need nothing
+but their next token share a pass (prefill.py), over the prepacked weights where the model
+allows (decode_step.py); a lone prompt once, or as twin rows, where that gives the bits of the
+model's forward on twin rows, else through that forward, as is a prompt with an adapter or
+prompt log-probs (docs/cpu-engine.md, "Exactness, and why"). A long prompt while streams run is
+prefilled in chunks beside them, and a prompt that starts as a cached one continues from its
+keys and values (filling.py, prefix_cache.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from transformers import PreTrainedModel
+
+from . import prefill
+from .decode_step import DecodeStep
+from .filling import Filling, PromptChunk
+from .kv_batch import Layers
+from .lora_layers import LoraRows
+from .prefix_cache import BLOCK, PrefixCache
+from .request import EngineObserver, EngineRequest, Running
+from .timings import EngineTimings
+
+log = logging.getLogger(__name__)
+
+
+class BatchPrefill:
+    """`RunningBatch`'s prefills."""
+
+    model: PreTrainedModel
+    fast_step: DecodeStep | None
+    running: list[Running]
+    counts: dict[str, int]
+    _lora_rows: LoraRows | None
+    _observer: EngineObserver
+
+    def __init__(self, timings: EngineTimings) -> None:
+        self.filling: Filling | None = None  # a prompt prefilled in chunks
+        self.prefixes = PrefixCache(timings.prefix_cache_bytes)
+        self._chunk_tokens = timings.prefill_chunk_tokens
+
+    def _start(self, requests: list[EngineRequest], logits: torch.Tensor,
+               layers: list[Layers]) -> None:  # fmt: skip
+        raise NotImplementedError  # RunningBatch's
+
+    def _prefill(self, request: EngineRequest) -> None:
+        raise NotImplementedError  # RunningBatch's: through the model's forward
+
+    def prefill(self, admitted: list[EngineRequest]) -> None:
+        """Prefill `admitted` and send their first tokens; those that go on join the batch.
+        A failed pass fails its own requests only. A long prompt, or one that starts as a
+        prompt before it did, goes last, and in chunks or from that prefix (filling.py)."""
+        busy = bool(self.running) or len(admitted) > 1
+        filling = None
+        if self.filling is None:
+            filling = next((r for r in admitted if self._fills(r, busy)), None)
+        self._prefill_now([r for r in admitted if r is not filling])
+        if filling is None:
+            return
+        try:
+            self._start_filling(filling)
+        except Exception as error:
+            log.exception("prefill failed")
+            self.filling = None
+            filling.sink.on_error(f"prefill failed: {error}")
+            self._observer.on_finished("error")
+
+    def _prefill_now(self, admitted: list[EngineRequest]) -> None:
+        shared = [r for r in admitted if prefill.shareable(r.params, r.lora is not None)]
+        shared_ids = {id(r) for r in shared}
+        runs = [[shared[i] for i in run] for run in prefill.groups([r.prompt for r in shared])]
+        runs += [[r] for r in admitted if id(r) not in shared_ids]
+        for run in runs:
+            try:
+                lone = run[0] if len(run) == 1 and id(run[0]) in shared_ids else None
+                if len(run) > 1 or (lone is not None and self._lone_exact(lone)):
+                    self.prefill_shared(run)
+                elif lone is not None and self._twin_exact(lone):
+                    self.prefill_shared(run, copies=2)
+                else:
+                    self._prefill(run[0])
+            except Exception as error:
+                log.exception("prefill failed")
+                for request in run:
+                    request.sink.on_error(f"prefill failed: {error}")
+                    self._observer.on_finished("error")
+
+    def prefill_shared(self, requests: list[EngineRequest], copies: int = 1) -> None:
+        """One pass for these prompts that need nothing but their next token (prefill.py), over
+        the prepacked weights where the model has them (decode_step.py). A lone one comes here
+        only where that gives `_prefill`'s bits (generate()'s twin reference): once, or as
+        twin rows (`copies`), in a half or two thirds of `_prefill`'s time."""
+        prompts = [r.prompt for r in requests] * copies
+        if self._lora_rows is not None:
+            self._lora_rows.use([None] * len(prompts))
+        if self.fast_step is not None:
+            logits, layers = self.fast_step.prefill(prompts)
+        else:
+            logits, layers = prefill.prefill_together(self.model, prompts)
+        self.counts["context"] += len(requests)
+        self.counts["context_tokens"] += sum(len(r.prompt) for r in requests)
+        rows = len(requests)  # a twin's copy is left out
+        for request, own in zip(requests, layers, strict=False):
+            self.prefixes.add(request.prompt, own)
+        self._start(requests, logits[:rows].float(), layers[:rows])
+
+    def _lone_exact(self, request: EngineRequest) -> bool:
+        """Whether a lone prompt's single pass over the prepacked weights gives `_prefill`'s
+        bits."""
+        return self.fast_step is not None and self.fast_step.lone_exact_for(len(request.prompt))
+
+    def _twin_exact(self, request: EngineRequest) -> bool:
+        """Whether a lone prompt's twin pass over the prepacked weights gives `_prefill`'s bits."""
+        return self.fast_step is not None and self.fast_step.exact_for(len(request.prompt))
+
+    def chunked(self, request: EngineRequest, busy: bool) -> bool:
+        """Whether `request`, admitted now, would be prefilled in chunks beside running streams
+        (`busy`; filling.py): the scheduler admits one such prompt at a time."""
+        return busy and len(request.prompt) > self._chunk_tokens > 0 and self._fillable(request)
+
+    def _fillable(self, request: EngineRequest) -> bool:
+        shareable = prefill.shareable(request.params, request.lora is not None)
+        return shareable and self.fast_step is not None
+
+    def _fills(self, request: EngineRequest, busy: bool) -> bool:
+        """Whether `request` is prefilled in chunks beside streams or from a cached prefix."""
+        if not self._fillable(request) or len(request.prompt) <= BLOCK:
+            return False
+        return self.chunked(request, busy) or self.prefixes.covers(request.prompt)
+
+    def _start_filling(self, request: EngineRequest) -> None:
+        """`request` into `filling`, from its cached prefix if any (filling.py); with no stream
+        running, prefilled now."""
+        assert self.fast_step is not None
+        prefix = self.prefixes.lookup(request.prompt)
+        self.filling = Filling(request, self.fast_step.kv_layout(), prefix)
+        if not self.running:
+            self._fill()
+
+    def _fill(self, logits: torch.Tensor | None = None, chunk: PromptChunk | None = None) -> None:
+        """The filling prompt's next chunk: with `logits`, the step that carried `chunk` gave
+        them (its last row the prompt's, where it ended); else the rest runs alone now."""
+        filling = self.filling
+        assert filling is not None and self.fast_step is not None
+        if chunk is None:  # no stream waits for it, or the step took the model's forward
+            chunk = filling.chunk(self._chunk_tokens if self.running else 0)
+            logits = self.fast_step.extend(chunk)
+        filling.advance(chunk)
+        self.counts["context_tokens"] += len(chunk.ids)
+        if not chunk.last:
+            return
+        assert logits is not None
+        self.filling = None
+        self.counts["context"] += 1
+        layers = filling.layers()
+        self.prefixes.add(filling.request.prompt, layers)
+        self._start([filling.request], logits[-1:].float(), [layers])

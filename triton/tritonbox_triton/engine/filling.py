@@ -1,0 +1,87 @@
+"""A prompt prefilled a chunk at a time beside the decode rows (chunked prefill), or continued
+from the keys and values of a prefix another prompt left (prefix_cache.py).
+
+Prefilled in one pass, a long prompt held every running stream for the whole pass: a
+2,000-token prompt is ~20 decode steps of work. Here it is cut into chunks of at most
+`prefill_chunk_tokens` (timings.py), and each chunk rides along one decode step
+(decode_step.py): its tokens go through the same products as the rows', which read the weights
+once for both, so a step with a chunk costs the step plus the chunk's own arithmetic. TensorRT-LLM
+(`enable_chunked_context`) and vLLM (`--enable-chunked-prefill`) do the same with a token budget
+per step. One prompt fills at a time; when no stream runs, what is left of it is prefilled at
+once (nobody waits for it).
+
+A chunk's queries attend over the prompt's keys up to their own, through the compiled attention
+(or windowed.py's explicit one), so a prompt's attention is the same however it was cut; its
+products have other row counts than one pass would, which moves values within bfloat16's
+rounding, as a shared prefill does (prefill.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .kv_batch import Layers
+from .request import EngineRequest
+
+KVLayout = tuple[int, int, int, torch.dtype]  # layers, kv heads, head dim, dtype
+
+
+@dataclass(frozen=True, eq=False)
+class PromptChunk:
+    """The next `ids` of a prompt from position `start`; `keys`/`values`: per layer the
+    prompt's buffers [1, kv heads, prompt length, dim], filled up to `start`, written here up to
+    `end`. `last`: whether the prompt ends with it (its logits then wanted)."""
+
+    ids: torch.Tensor
+    start: int
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    last: bool
+
+    @property
+    def end(self) -> int:
+        return self.start + int(self.ids.shape[0])
+
+
+class Filling:
+    """One prompt being prefilled in chunks: its keys and values so far (`done` positions)."""
+
+    def __init__(self, request: EngineRequest, layout: KVLayout,
+                 prefix: Layers | None = None) -> None:  # fmt: skip
+        """`layout`: the model's layers, kv heads, head dim and dtype; `prefix`: keys and values
+        of the prompt's first positions, computed before (prefix_cache.py)."""
+        self.request = request
+        layers, kv_heads, dim, dtype = layout
+        shape = (1, kv_heads, len(request.prompt), dim)
+        self.keys = [torch.empty(shape, dtype=dtype) for _ in range(layers)]
+        self.values = [torch.empty_like(keys) for keys in self.keys]
+        self.done = 0
+        if prefix is not None:
+            self.done = prefix[0][0].shape[2]
+            for index, (keys, values) in enumerate(prefix):
+                self.keys[index][:, :, : self.done] = keys
+                self.values[index][:, :, : self.done] = values
+
+    @property
+    def left(self) -> int:
+        return len(self.request.prompt) - self.done
+
+    def chunk(self, budget: int) -> PromptChunk:
+        """The next chunk, of at most `budget` tokens (what is left when `budget` is 0)."""
+        end = (
+            len(self.request.prompt)
+            if budget <= 0
+            else min(self.done + budget, len(self.request.prompt))
+        )
+        ids = torch.tensor(self.request.prompt[self.done : end])
+        last = end == len(self.request.prompt)
+        return PromptChunk(ids, self.done, self.keys, self.values, last)
+
+    def advance(self, chunk: PromptChunk) -> None:
+        self.done = chunk.end
+
+    def layers(self) -> Layers:
+        """The prompt's keys and values, per layer [1, kv heads, length, dim]."""
+        return list(zip(self.keys, self.values, strict=True))
