@@ -13,6 +13,9 @@ rest of the machine used meanwhile. Writes docs/benchmark-vllm-cpu.md and its pl
 `--model` (a family's name or a checkpoint folder: vllm_models.py) serves that checkpoint on
 both servers instead, measures TritonBox through its api only and puts the rows into the table
 of docs/benchmark-vllm-families.md (vllm_families.py); a model vLLM refuses gets its error there.
+
+`--workload closed|open-loop|both` (or `--quick`) runs vLLM in each of its configurations and
+the open-loop mixed workload instead, with options of its own: vllm_sweep.py.
 """
 
 from __future__ import annotations
@@ -214,6 +217,10 @@ def last_error(log: Path, error: Exception) -> str:
 
 
 def main() -> int:
+    if {arg.split("=")[0] for arg in sys.argv[1:]} & {"--workload", "--quick"}:
+        from scripts.benchmarks.vllm_sweep import main as sweep  # it imports this module
+
+        return sweep()
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128, help="output tokens per request")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])

@@ -162,6 +162,11 @@ def report(
         f"Sampling (temperature 0.7, top-p 0.95) against greedy decoding, a batch of 8 requests of "
         f"{args.tokens} tokens in the engine itself, in turns: **{ratio:.3f}×** the time ({each}).",
     ]
+    lines += [
+        "",
+        "vLLM in each of its configurations, the first waves' TTFT apart, and open-loop mixed "
+        "traffic: [benchmark-vllm-cpu-mixed.md](benchmark-vllm-cpu-mixed.md) (`--workload`).",
+    ]
     if note:
         lines += ["", f"No vLLM column: {note}."]
     return "\n".join(lines) + "\n"

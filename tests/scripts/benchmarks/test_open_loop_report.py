@@ -1,0 +1,82 @@
+"""The open-loop benchmark's maths (scripts/benchmarks/open_loop.py, open_loop_report.py) on
+made-up outcomes: the capacity while every stream is busy, percentiles, the best vLLM
+configuration and the ratios set against it; no server, no timing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def bench() -> tuple[ModuleType, ModuleType]:
+    # The scripts import each other as `scripts.…`; the repo root only for this import (its
+    # `triton/` folder would pass for the `triton` package later).
+    sys.path.append(str(REPO))
+    try:
+        import scripts.benchmarks.open_loop as client
+        import scripts.benchmarks.open_loop_report as report
+    finally:
+        sys.path.remove(str(REPO))
+    return client, report
+
+
+def test_capacity_counts_only_while_every_stream_is_busy(
+    bench: tuple[ModuleType, ModuleType],
+) -> None:
+    client, _ = bench
+    # Sent at 0 and 10 s; the first: first token at 1 s, 101 tokens by 21 s (5 tok/s after the
+    # first); until 10 s it made 1 + 100 × 9/20 = 46. The second's first token comes after 10 s.
+    outcomes = [client.Outcome(0.0, 1.0, 21.0, 101, 50), client.Outcome(10.0, 1.0, 5.0, 40, 50)]
+    assert client.busy_tokens_per_s(outcomes) == pytest.approx(4.6)
+
+
+def test_percentiles_interpolate(bench: tuple[ModuleType, ModuleType]) -> None:
+    _, report = bench
+    values = [float(v) for v in range(1, 11)]  # 1..10
+    assert report.pct(values, 50) == pytest.approx(5.5)
+    assert report.pct(values, 90) == pytest.approx(9.1)
+    assert report.pct([3.0], 90) == 3.0
+
+
+def test_tritonbox_is_set_against_the_best_configuration(
+    bench: tuple[ModuleType, ModuleType], tmp_path: Path
+) -> None:
+    client, report = bench
+
+    def run(label: str, ttft: float, tokens_per_s: float) -> object:
+        outcomes = [client.Outcome(0.0, ttft, 10.0, 100, 50)] * 10
+        return client.OpenRun(label, 2.0, 1000 / tokens_per_s, outcomes, 0.01)
+
+    def turn(server: str, config: str, capacity: float, ttft: float) -> object:
+        made = report.Turn(server, config, 60.0)
+        made.capacity = client.Capacity(16, capacity, capacity / 100, [])
+        made.runs = [run("80% of its capacity", ttft, capacity * 0.8)]
+        made.memory = {"all": (2 * 2**30, 3 * 2**30)}
+        return made
+
+    turns = [
+        turn("vLLM pinned", "pinned", 300.0, 0.2),
+        turn("vLLM default", "default", 250.0, 0.1),  # lower capacity: not the best
+        turn("TritonBox api", "TritonBox", 330.0, 0.3),
+    ]
+    assert report.best_capacity(turns) == pytest.approx(3.0)  # pinned's, in requests/s
+    args = argparse.Namespace(
+        limits=(16, 3072, 2**30), configs=["default", "pinned"], tokens=128, waves=4,
+        min_requests=32, seed=45, capacity_requests=64, streams=16, requests=10, repeats=1,
+        concurrency=[1], revision="abc1234", notes=["A note"],
+    )  # fmt: skip
+    text = report.page(turns, args, 60.0)
+    assert "best here (pinned, by capacity)" in text
+    assert "TritonBox 330.0 tok/s against 300.0: **1.10×**" in text
+    # TTFT p90 300 ms against pinned's 200 ms, not default's 100 ms.
+    row = "| 80% of its capacity | TritonBox api | 2.00 | 264.0 | 300 | 300 | 10.0 | 0.01 |"
+    assert f"{row} **1.50** |" in text
+    assert "at abc1234 (" in text and text.endswith("\nA note.\n")
+    assert "(pinned), resident after the run: 2.00 / 2.00 GiB = **1.00×**" in text
