@@ -243,7 +243,10 @@ def page(turns: Sequence[Turn], args: argparse.Namespace, elapsed: float) -> str
         f"output token counts were checked against the server's usage: {checked} requests, all "
         "exact.",
         "",
-        "Headline ratios are through TritonBox's api; the direct gRPC path is reported apart.",
+        "Headline ratios are through TritonBox's api; the direct gRPC path is reported apart. "
+        "The whole comparison (four closed-loop levels, the open loop at 50, 80 and 100% of "
+        "each server's capacity with 40 requests each, TritonBox also at 80% of vLLM's best): "
+        "`scripts/benchmark vllm-cpu --workload both`.",
         "",
     ]
     if any(t.closed for t in turns):
