@@ -256,8 +256,14 @@ def main() -> int:
             for name in args.configs if args.executable else []:
                 folder = Path(tmp) / f"{name}-{rep}"
                 folder.mkdir()
-                if (turn := vllm_turn(args, CONFIGS[name], folder, rep)) is not None:
-                    turns.append(turn)
+                try:
+                    if (turn := vllm_turn(args, CONFIGS[name], folder, rep)) is not None:
+                        turns.append(turn)
+                except (RuntimeError, OSError, httpx.HTTPError) as error:  # the others go on
+                    log = keep_log(args.logs, f"{name}-{rep}-failed", [folder / "vllm.log"])
+                    args.notes.append(f"vLLM {name}, turn {rep + 1}, failed ([log]({log})): "
+                                      f"{str(error)[:300]}")  # fmt: skip
+                    print(args.notes[-1], file=sys.stderr)
             peer = best_capacity(turns)
             try:
                 turns.append(tritonbox_turn(args, Path(tmp) / f"tritonbox-{rep}", rep, peer))
