@@ -42,8 +42,8 @@ CONFIGS = {
     for config in (
         VllmConfig(
             "default",
-            "vLLM's own defaults (`VLLM_CPU_OMP_THREADS_BIND=auto`: on one NUMA node with one "
-            "rank, as many OpenMP threads as cores left after those it reserves)",
+            "vLLM's own defaults (`VLLM_CPU_OMP_THREADS_BIND=auto`, which on x86 reserves a "
+            "core per rank for its scheduler process: on 2 cores, one OpenMP thread)",
         ),
         VllmConfig(
             "pinned",
