@@ -96,6 +96,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             predictions=prediction_service,
             worker=presence.id,
             capacity=per_worker_limit(settings, settings.batch_concurrent_requests),
+            beside_live=per_worker_limit(settings, settings.batch_requests_beside_live),
         )
         services.batches.runner = runner  # a batch created or cancelled wakes it
         runner.start()

@@ -31,6 +31,11 @@ BENCHMARKS = {
         "benchmark-lora.md",
     ),
     "idle": ("idle", "CPU of every process of the native stack with no traffic", "idle.md"),
+    "abuse": (
+        "abuse",
+        "hostile requests beside 4 interactive streams: answers, TTFT, memory (cpu engine)",
+        "abuse.md",
+    ),
     "cpu-engine": (
         "cpu_engine",
         "the cpu engine's tokens/s against transformers generate() (default model)",
@@ -41,10 +46,20 @@ BENCHMARKS = {
         "the cpu engine's step on each model family, against SmolLM2's bytes per step",
         "benchmark-families.md",
     ),
+    "prefill": (
+        "prefill",
+        "chunked prefill beside running streams and the prefix cache (cpu engine, in-process)",
+        "benchmark-prefill.md",
+    ),
     "vllm-cpu": (
         "vllm_cpu",
         "the cpu engine against vLLM's CPU build, through the api and Triton (default model)",
         "benchmark-vllm-cpu.md",
+    ),
+    "batch": (
+        "batch",
+        "a batch's throughput alone, and live TTFT beside a running batch (cpu engine)",
+        "benchmark-batch.md",
     ),
 }
 

@@ -2,11 +2,15 @@
 
 A slot is one engine request, so a prediction of `n` choices takes `n` (it is `n` requests in
 the engine's batch and queue). Batch lines take none of these: their slots are the batch
-runner's (BATCH_MAX_RUNNING_LINES, service/batch_context.py), so a running batch never makes a
-live request get 429.
+runner's (BATCH_CONCURRENT_REQUESTS, service/batch_runner.py), so a running batch never makes a
+live request get 429. The runner also reads here whether live requests run or ran lately, and
+is told the moment one is admitted (`on_live`), to make room for it in the engine's batch.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 from tritonbox_api import metrics
 from tritonbox_api.protocol.errors import ApiError
@@ -20,6 +24,8 @@ class Admission:
         # Every prediction from its start until its producer has cleaned up, batch lines too.
         self.running: dict[str, RunningPrediction] = {}
         self.live_slots = 0  # slots live requests hold now
+        self.live_ended_at = float("-inf")  # time.monotonic() when the last live one ended
+        self.on_live: Callable[[], None] | None = None  # called as a live request is admitted
         self._batch_lines: set[str] = set()
 
     def check(self, slots: int, line: LineContext | None) -> None:
@@ -43,6 +49,8 @@ class Admission:
         self.running[running.id] = running
         if line is None:
             self.live_slots += 1 + len(running.extra)
+            if self.on_live is not None:
+                self.on_live()
         else:
             self._batch_lines.add(running.id)
 
@@ -54,3 +62,4 @@ class Admission:
             self._batch_lines.discard(running.id)
         else:
             self.live_slots -= 1 + len(running.extra)
+            self.live_ended_at = time.monotonic()

@@ -1,16 +1,15 @@
 """Runs batch lines: each api worker claims pending lines from the database, sends each through
 the app (batch_dispatch.py), records how it ended, and finishes batches whose lines all ended.
 
-Live traffic first: a worker starts a line only while the engine requests running here, live
-and batch together, are fewer than its share of BATCH_CONCURRENT_REQUESTS; live requests are
-never held back by lines (they keep all MAX_CONCURRENT_REQUESTS slots: a line's slots are
-counted apart, service/admission.py), so as live traffic grows the batch takes less.
+Live traffic first (batch_room.py): as a live request is admitted, lines over its bound stop
+(newest first, as a client leaving stops its request) and go back to pending; live requests keep
+all MAX_CONCURRENT_REQUESTS slots (a line's are counted apart, service/admission.py).
 
 Nothing lost, nothing twice: a line is claimed and ended by conditional UPDATEs
-(db/batch_claims.py). A line that the engine could not take (503: Triton down or restarting,
-429: its queue full) or that shutdown interrupted goes back to pending and runs again; a worker
-that stops gives its lines back, and the lines of one that died are taken back by the others
-(its heartbeat stopped, db/workers.py), so after a restart every line still ends exactly once.
+(db/batch_claims.py). A line the engine could not take (503: Triton down or restarting, 429: its
+queue full), that shutdown interrupted or that made room for live traffic goes back to pending
+and runs again; a worker that stops gives its lines back, and the lines of one that died are
+taken back by the others (its heartbeat stopped, db/workers.py): every line ends exactly once.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from tritonbox_api.db.batches import Batch, BatchLine, LineOutcome
 from tritonbox_api.db.session import Database
 from tritonbox_api.keys import ApiKey, Role
 from tritonbox_api.protocol.batch_lines import CANCELLED, EXPIRED, answered, error_body
+from tritonbox_api.service import batch_room
 from tritonbox_api.service.batch_context import LineContext
 from tritonbox_api.service.batch_dispatch import Answer, dispatch, line_slots
 from tritonbox_api.service.predictions import PredictionService
@@ -41,7 +41,6 @@ IDLE_POLL_S = 1.0  # while none is
 RETRY_AFTER_S = 1.0  # after the engine refused a line for now (503, 429)
 RECOVER_EVERY_S = 5.0  # lines of workers that are gone back to pending
 STOP_WAIT_S = 10.0
-_OPEN = batch_store.LIVE
 
 
 @dataclass(eq=False)
@@ -50,6 +49,8 @@ class _Run:
     slots: int
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     why: LineOutcome | None = None  # set when the batch stops it (cancelled, expired)
+    yielded: bool = False  # stopped to make room for live requests: it runs again
+    started: float = field(default_factory=time.monotonic)  # the newest make room first
     task: asyncio.Task[None] | None = None
 
 
@@ -62,12 +63,14 @@ class BatchRunner:
         predictions: PredictionService,
         worker: str,
         capacity: int,
+        beside_live: int,
     ) -> None:
         self._app = app
         self._database = database
         self._predictions = predictions
         self._worker = worker
-        self._capacity = capacity
+        self._capacity = capacity  # engine requests, live and batch, with no live traffic
+        self._beside_live = beside_live  # batch engine requests while live traffic is present
         self._runs: dict[int, _Run] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -76,6 +79,7 @@ class BatchRunner:
         self._recovered_at = 0.0
 
     def start(self) -> None:
+        self._predictions.on_live(self._make_room)
         self._task = asyncio.create_task(self._loop(), name="batch-runner")
 
     def wake(self) -> None:
@@ -140,11 +144,22 @@ class BatchRunner:
         live = [each for each in live if not workers.gone_from_this_host(each)]
         return batch_claims.recover(session, live_workers=[*live, self._worker])
 
+    def _limit(self) -> int:
+        live, ended = self._predictions.live_slots, self._predictions.live_ended_at
+        return batch_room.limit(self._capacity, self._beside_live, live, ended, time.monotonic())
+
+    def _make_room(self) -> None:
+        """A live request was admitted: it finds room in the engine's batch at once instead of
+        waiting for lines to end. The stopped lines go back to pending (_record)."""
+        going = [run for run in self._runs.values() if not run.stop.is_set()]
+        for run in batch_room.to_stop(going, self._limit()):
+            run.yielded = True
+            run.stop.set()
+
     async def _claim(self) -> None:
         if self._stopping or time.monotonic() < self._paused_until:
             return
-        taken = sum(run.slots for run in self._runs.values())
-        free = self._capacity - taken - self._predictions.live_slots
+        free = self._limit() - sum(run.slots for run in self._runs.values())
         if free <= 0:
             return
         postgres = not self._database.is_sqlite
@@ -189,6 +204,11 @@ class BatchRunner:
         elif run.why is not None:
             outcome = run.why
             code = EXPIRED if run.why is LineOutcome.EXPIRED else CANCELLED
+        elif run.yielded:  # made room for live traffic: it runs again once there is room
+            await self._database.run(
+                lambda s: batch_claims.release(s, worker=self._worker, line_ids=[line.id or 0])
+            )
+            return
         elif self._stopping or answer.status in (429, 503):
             # Not this line's answer: the engine (or this worker) could not take it now.
             self._paused_until = time.monotonic() + RETRY_AFTER_S
@@ -221,7 +241,7 @@ class BatchRunner:
 
 
 def _any_open(session: Session) -> bool:
-    query = select(Batch.id).where(col(Batch.status).in_(_OPEN)).limit(1)
+    query = select(Batch.id).where(col(Batch.status).in_(batch_store.LIVE)).limit(1)
     return session.exec(query).first() is not None
 
 

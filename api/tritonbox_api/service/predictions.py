@@ -15,6 +15,7 @@ choice (`choices`; `output` is the first's).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from tritonbox_api import metrics
@@ -54,6 +55,15 @@ class PredictionService:
     def live_slots(self) -> int:
         """Slots live requests hold now (batch lines' are not among them)."""
         return self._admission.live_slots
+
+    @property
+    def live_ended_at(self) -> float:
+        """time.monotonic() when the last live request ended (-inf: none yet)."""
+        return self._admission.live_ended_at
+
+    def on_live(self, callback: Callable[[], None]) -> None:
+        """Call `callback` as each live request is admitted, before it reaches the engine."""
+        self._admission.on_live = callback
 
     @property
     def running_ids(self) -> list[str]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tritonbox_testing.batches import (
     by_id,
     client,
@@ -21,6 +22,7 @@ from tritonbox_testing.batches import (
 )
 from tritonbox_testing.lora import make_adapter
 
+from tritonbox_api.service import batch_room
 from tritonbox_api.triton_gateway import LoraSupport
 
 KEYS = "alice:use:secret-a,boss:manage:secret-b"
@@ -109,28 +111,47 @@ def test_lines_wait_for_an_engine_that_went_away(make_stack: Callable[..., Any])
     asyncio.run(main())
 
 
-def test_live_requests_come_first(make_stack: Callable[..., Any]) -> None:
-    """BATCH_CONCURRENT_REQUESTS counts live and batch requests together: with it at 3 and two
-    live requests generating, one line runs at a time; the live ones are never refused."""
+def test_live_requests_come_first(
+    make_stack: Callable[..., Any], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live request admitted beside lines filling BATCH_CONCURRENT_REQUESTS (4) stops all but
+    BATCH_REQUESTS_BESIDE_LIVE (1) of them at once; no other line starts while
+    it runs or for LIVE_QUIET_S after; then the lines fill the share again. The stopped lines
+    run again: each ends once in the output, and their first runs stay saved as canceled."""
+    monkeypatch.setattr(batch_room, "LIVE_QUIET_S", 0.5)
 
     async def main() -> None:
-        async with make_stack(batch_concurrent_requests=3) as stack, client(stack) as api:
-            live = {"model": "fake-model", "prompt": "Hi", "max_tokens": 300, "stream": True}
-            streams = [stack.call("POST", "/v1/completions", live) for _ in range(2)]
-            for each in streams:
-                await each.wait_chunks(1)
-            batch = await submit(api, [line(f"b{i}", 20) for i in range(4)])
+        settings = {"batch_concurrent_requests": 4, "batch_requests_beside_live": 1}
+        async with make_stack(**settings) as stack, client(stack) as api:
+            engine = stack.engine
+            batch = await submit(api, [line(f"b{i}", 200) for i in range(6)])
             async with asyncio.timeout(30):
-                while len(stack.engine.active) < 3:  # a line started beside them
+                while len(engine.active) < 4:
                     await asyncio.sleep(0.01)
-                for _ in range(100):  # while both live requests run: never two lines at once
-                    assert len(stack.engine.active) <= 3, stack.engine.active
+            first_four = [r.request_id for r in engine.started]
+            live = {"model": "fake-model", "prompt": "Hi", "max_tokens": 300, "stream": True}
+            stream = stack.call("POST", "/v1/completions", live)
+            await stream.wait_chunks(1)
+            async with asyncio.timeout(5):  # the three newest lines stopped: 1 line + 1 live
+                while len(engine.active) > 2:
+                    await asyncio.sleep(0.005)
+            assert len(set(engine.stops)) == 3 and set(engine.stops) < set(first_four)
+            for _ in range(100):  # while it runs: never a second line
+                assert len(engine.active) <= 2, engine.active
+                await asyncio.sleep(0.01)
+            stream.disconnect.set()
+            await stream.finish()
+            assert stream.status == 200
+            async with asyncio.timeout(10):  # once live traffic is gone: the share again
+                while len(engine.active) < 4:
                     await asyncio.sleep(0.01)
-            for each in streams:
-                each.disconnect.set()
-                await each.finish()
-                assert each.status == 200
             done = await ended(api, batch["id"])
-            assert done["request_counts"] == {"total": 4, "completed": 4, "failed": 0}
+            assert done["request_counts"] == {"total": 6, "completed": 6, "failed": 0}
+            every = by_id(await output(api, done["output_file_id"]))
+            assert sorted(map(str, every)) == [f"b{i}" for i in range(6)]
+            assert all(len(answers) == 1 for answers in every.values())
+            rows = [r for r in prediction_rows(database_url) if r["batch_id"] == batch["id"]]
+            canceled = sorted(r["custom_id"] for r in rows if r["status"] == "canceled")
+            assert len(canceled) == 3 and len(rows) == 9, rows
 
     asyncio.run(main())
