@@ -31,11 +31,6 @@ BENCHMARKS = {
         "benchmark-lora.md",
     ),
     "idle": ("idle", "CPU of every process of the native stack with no traffic", "idle.md"),
-    "abuse": (
-        "abuse",
-        "hostile requests beside 4 interactive streams: answers, TTFT, memory (cpu engine)",
-        "abuse.md",
-    ),
     "cpu-engine": (
         "cpu_engine",
         "the cpu engine's tokens/s against transformers generate() (default model)",
@@ -45,11 +40,6 @@ BENCHMARKS = {
         "families",
         "the cpu engine's step on each model family, against SmolLM2's bytes per step",
         "benchmark-families.md",
-    ),
-    "prefill": (
-        "prefill",
-        "chunked prefill beside running streams and the prefix cache (cpu engine, in-process)",
-        "benchmark-prefill.md",
     ),
     "vllm-cpu": (
         "vllm_cpu",
