@@ -41,6 +41,11 @@ BENCHMARKS = {
         "the cpu engine's step on each model family, against SmolLM2's bytes per step",
         "benchmark-families.md",
     ),
+    "prefill": (
+        "prefill",
+        "chunked prefill beside running streams and the prefix cache (cpu engine, in-process)",
+        "benchmark-prefill.md",
+    ),
     "vllm-cpu": (
         "vllm_cpu",
         "the cpu engine against vLLM's CPU build, through the api and Triton (default model)",

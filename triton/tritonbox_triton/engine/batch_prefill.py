@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from . import prefill
 from .decode_step import DecodeStep
-from .filling import Filling, PromptChunk
+from .filling import ChunkBudget, Filling, PromptChunk
 from .kv_batch import Layers
 from .lora_layers import LoraRows
 from .prefix_cache import BLOCK, PrefixCache
@@ -39,7 +39,7 @@ class BatchPrefill:
     def __init__(self, timings: EngineTimings) -> None:
         self.filling: Filling | None = None  # a prompt prefilled in chunks
         self.prefixes = PrefixCache(timings.prefix_cache_bytes)
-        self._chunk_tokens = timings.prefill_chunk_tokens
+        self.budget = ChunkBudget(timings.prefill_chunk_tokens)
 
     def _start(self, requests: list[EngineRequest], logits: torch.Tensor,
                layers: list[Layers]) -> None:  # fmt: skip
@@ -102,8 +102,6 @@ class BatchPrefill:
         self.counts["context"] += len(requests)
         self.counts["context_tokens"] += sum(len(r.prompt) for r in requests)
         rows = len(requests)  # a twin's copy is left out
-        for request, own in zip(requests, layers, strict=False):
-            self.prefixes.add(request.prompt, own)
         self._start(requests, logits[:rows].float(), layers[:rows])
 
     def _lone_exact(self, request: EngineRequest) -> bool:
@@ -118,7 +116,8 @@ class BatchPrefill:
     def chunked(self, request: EngineRequest, busy: bool) -> bool:
         """Whether `request`, admitted now, would be prefilled in chunks beside running streams
         (`busy`; filling.py): the scheduler admits one such prompt at a time."""
-        return busy and len(request.prompt) > self._chunk_tokens > 0 and self._fillable(request)
+        chunk = self.budget.tokens()
+        return busy and len(request.prompt) > chunk > 0 and self._fillable(request)
 
     def _fillable(self, request: EngineRequest) -> bool:
         shareable = prefill.shareable(request.params, request.lora is not None)
@@ -145,7 +144,7 @@ class BatchPrefill:
         filling = self.filling
         assert filling is not None and self.fast_step is not None
         if chunk is None:  # no stream waits for it, or the step took the model's forward
-            chunk = filling.chunk(self._chunk_tokens if self.running else 0)
+            chunk = filling.chunk(self.budget.tokens() if self.running else 0)
             logits = self.fast_step.extend(chunk)
         filling.advance(chunk)
         self.counts["context_tokens"] += len(chunk.ids)
@@ -154,6 +153,4 @@ class BatchPrefill:
         assert logits is not None
         self.filling = None
         self.counts["context"] += 1
-        layers = filling.layers()
-        self.prefixes.add(filling.request.prompt, layers)
-        self._start([filling.request], logits[-1:].float(), [layers])
+        self._start([filling.request], logits[-1:].float(), [filling.layers()])

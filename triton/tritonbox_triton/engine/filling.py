@@ -2,13 +2,15 @@
 from the keys and values of a prefix another prompt left (prefix_cache.py).
 
 Prefilled in one pass, a long prompt held every running stream for the whole pass: a
-2,000-token prompt is ~20 decode steps of work. Here it is cut into chunks of at most
-`prefill_chunk_tokens` (timings.py), and each chunk rides along one decode step
-(decode_step.py): its tokens go through the same products as the rows', which read the weights
-once for both, so a step with a chunk costs the step plus the chunk's own arithmetic. TensorRT-LLM
-(`enable_chunked_context`) and vLLM (`--enable-chunked-prefill`) do the same with a token budget
-per step. One prompt fills at a time; when no stream runs, what is left of it is prefilled at
-once (nobody waits for it).
+2,000-token prompt is ~25 decode steps of work. Here it is cut into chunks, and each chunk rides
+along one decode step (decode_step.py): its tokens go through the same products as the rows',
+which read the weights once for both, so a step with a chunk costs the step plus the chunk's own
+arithmetic. TensorRT-LLM (`enable_chunked_context`) and vLLM (`--enable-chunked-prefill`) do the
+same with a token budget per step. Here the budget comes from what the engine observes
+(`ChunkBudget`): as many tokens as cost about `CHUNK_SHARE` of a step without them, so the
+running streams' time per token stays under twice its steady value on any machine and model, up
+to `prefill_chunk_tokens` (timings.py). One prompt fills at a time; when no stream runs, what is
+left of it is prefilled at once (nobody waits for it).
 
 A chunk's queries attend over the prompt's keys up to their own, through the compiled attention
 (or windowed.py's explicit one), so a prompt's attention is the same however it was cut; its
@@ -26,6 +28,43 @@ from .kv_batch import Layers
 from .request import EngineRequest
 
 KVLayout = tuple[int, int, int, torch.dtype]  # layers, kv heads, head dim, dtype
+# A chunk's tokens cost about this share of a step without them: the step with the chunk then
+# takes ~1.7x a plain one, under the 2x the streams' time per token is allowed while a prompt
+# comes in, with room for a step that runs long.
+CHUNK_SHARE = 0.7
+FIRST_CHUNK = 32  # tokens, before any step's cost is known
+SMALLEST_CHUNK = 16  # below this a chunk's own fixed cost (a pass over the weights) dominates
+_EMA = 0.2  # the weight of each new observation
+
+
+class ChunkBudget:
+    """The tokens a decode step carries of a filling prompt, from observed step times: a plain
+    step's (`step_s`) and a chunk token's on top of it (`token_s`), each a moving average."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most  # prefill_chunk_tokens; 0: no chunks
+        self.step_s: float | None = None
+        self.token_s: float | None = None
+
+    def tokens(self) -> int:
+        if self.most <= 0:
+            return 0
+        if self.step_s is None or self.token_s is None:
+            return min(self.most, FIRST_CHUNK)
+        fitting = int(CHUNK_SHARE * self.step_s / self.token_s)
+        return max(SMALLEST_CHUNK, min(self.most, fitting))
+
+    def observed(self, seconds: float, chunk_tokens: int) -> None:
+        """A step took `seconds`, carrying `chunk_tokens` of a prompt (0: a plain step)."""
+        if chunk_tokens == 0:
+            self.step_s = _average(self.step_s, seconds)
+        elif self.step_s is not None:
+            extra = max(seconds - self.step_s, 1e-6) / chunk_tokens
+            self.token_s = _average(self.token_s, extra)
+
+
+def _average(average: float | None, value: float) -> float:
+    return value if average is None else (1 - _EMA) * average + _EMA * value
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,6 +9,7 @@ Tokens are chosen from float32 logits (batch_choice.py) and leave through respon
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import torch
@@ -124,6 +125,9 @@ class RunningBatch(BatchPrefill):
         ]
         self.kv.add_prefilled(*(layers[i] for i in going))
         self.running.extend(runs[i] for i in going)
+        for request, own in zip(requests, layers, strict=True):
+            if request.lora is None:  # an adapter's keys are not the model's own
+                self.prefixes.add(request.prompt, own)
 
     def decode_step(self) -> int:
         """One token for every running sequence, and the filling prompt's next chunk; how many
@@ -144,9 +148,13 @@ class RunningBatch(BatchPrefill):
         if self.fast_step is not None and not adapters:
             kv = self.kv
             if self.filling is not None:
-                chunk = self.filling.chunk(self._chunk_tokens)
+                chunk = self.filling.chunk(self.budget.tokens())
+            began = time.perf_counter()
             step = self.fast_step(
                 last[:, 0], positions[:, 0], valid, kv.key_buffers, kv.value_buffers, chunk
+            )
+            self.budget.observed(
+                time.perf_counter() - began, 0 if chunk is None else len(chunk.ids)
             )
         else:
             output = self.model(

@@ -62,13 +62,12 @@ class EngineTimings:
     # A `stop` for an id not seen yet is kept this long: it may overtake its request.
     early_stop_ttl_s: float = 60.0
 
-    # --- Chunked prefill (filling.py). While streams run, a prompt longer than this is
-    # prefilled this many tokens a step, each chunk riding along a decode step: the step then
-    # costs its own time plus the chunk's arithmetic (~0.2 ms a token for SmolLM2 on 2 cores,
-    # against ~35 ms for a step of 8 rows), so the running streams' time per token stays within
-    # ~1.5x while a 2,000-token prompt comes in, which itself takes ~1 s longer than one pass.
-    # 0: never chunked (a long prompt is one pass, the streams wait for it).
-    prefill_chunk_tokens: int = 128
+    # --- Chunked prefill (filling.py). While streams run, a long prompt is prefilled a chunk
+    # a step, sized from the observed cost of a step and of a chunk's token (about 0.7 of a
+    # plain step's time), at most this many tokens: a larger chunk's activations grow with it,
+    # and past a few hundred tokens a chunk gains little. 0: never chunked (a long prompt is one
+    # pass, the streams wait for it).
+    prefill_chunk_tokens: int = 512
     # --- Prefix cache (prefix_cache.py): the bytes of prompts' keys and values kept for the
     # prompts that start the same way. ~23 KB a token for SmolLM2-135M: 128 MiB is ~5,800
     # tokens, a few system prompts and conversations. 0: off.
