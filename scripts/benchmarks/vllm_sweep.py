@@ -70,7 +70,9 @@ def workload_sets(args: argparse.Namespace) -> dict[str, list[MixedRequest]]:
         return str(tok.decode(ids))
 
     sets = {"capacity": mixed_workload(args.capacity_requests, args.seed * 100, encode, decode)}
-    for index, fraction in enumerate(args.rates, 1):
+    extra = [args.peer_rate] if args.peer_rate and args.peer_rate not in args.rates else []
+    shares = [*args.rates, *extra]
+    for index, fraction in enumerate(shares, 1):
         sets[f"{fraction:g}"] = mixed_workload(
             args.requests, args.seed * 100 + index, encode, decode
         )
