@@ -31,6 +31,11 @@ BENCHMARKS = {
         "benchmark-lora.md",
     ),
     "idle": ("idle", "CPU of every process of the native stack with no traffic", "idle.md"),
+    "abuse": (
+        "abuse",
+        "hostile requests beside 4 interactive streams: answers, TTFT, memory (cpu engine)",
+        "abuse.md",
+    ),
     "cpu-engine": (
         "cpu_engine",
         "the cpu engine's tokens/s against transformers generate() (default model)",
