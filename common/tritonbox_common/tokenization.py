@@ -74,6 +74,17 @@ def adds_special_tokens(tokenizer: Tokenizer, prompt: str) -> bool:
     return not (isinstance(bos, str) and bos and prompt.startswith(bos))
 
 
+class PromptTooLongError(RequestError):
+    """A prompt of more tokens than max_input_len; `tokens` says how many (its caller need not
+    tokenize it again to tell the client)."""
+
+    def __init__(self, tokens: int, max_input_len: int) -> None:
+        super().__init__(
+            f"QUERY: the prompt is {tokens} tokens long, more than max_input_len {max_input_len}"
+        )
+        self.tokens = tokens
+
+
 def encode_prompt(tokenizer: Tokenizer, prompt: str, max_input_len: int) -> list[int]:
     """The prompt's ids (with the tokenizer's special tokens unless the prompt carries its own
     BOS: adds_special_tokens); rejects empty or too long prompts."""
@@ -83,9 +94,7 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str, max_input_len: int) -> list
     if not ids:
         raise RequestError("QUERY: the prompt has no tokens")
     if len(ids) > max_input_len:
-        raise RequestError(
-            f"QUERY: the prompt is {len(ids)} tokens long, more than max_input_len {max_input_len}"
-        )
+        raise PromptTooLongError(len(ids), max_input_len)
     return ids
 
 

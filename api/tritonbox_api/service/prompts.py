@@ -17,7 +17,7 @@ from typing import Any
 from tritonbox_api.protocol.errors import invalid
 from tritonbox_api.service.engine_context import EngineContext
 from tritonbox_common.errors import RequestError
-from tritonbox_common.tokenization import encode_prompt
+from tritonbox_common.tokenization import PromptTooLongError, encode_prompt
 
 # Prompts up to this many characters are tokenised on the event loop: a fast tokenizer takes
 # well under the cost of handing the work to a thread and back under a burst of requests (the
@@ -56,6 +56,8 @@ def _too_long(field: str, count: int, limit: int) -> Exception:
 def _prompt_ids(context: EngineContext, prompt: str, field: str) -> list[int]:
     try:
         ids = encode_prompt(context.tokenizer, prompt, context.info.max_input_len)
+    except PromptTooLongError as error:  # counted once: a long prompt's tokens cost the api CPU
+        raise _too_long(field, error.tokens, context.info.max_input_len) from None
     except RequestError:
         count = len(context.tokenizer.encode(prompt))
         raise _too_long(field, count, context.info.max_input_len) from None
