@@ -7,6 +7,9 @@ exist only there, so they never reach the final image or its history. `--keep-in
 GPU image) holds every distribution the base image already has at its version: NVIDIA's
 TensorRT-LLM stack stays exactly as shipped, and only what is missing is added.
 
+`models` adds packages that ship a model (the cpu image's MODEL_REQUIREMENTS) to that prefix,
+in a layer after it.
+
 `wheels` builds TritonBox's own distributions (setuptools from the deps stage, no index) in a
 stage of its own, so the api and playground images carry no build tools. `project` runs in the
 final stage: it installs those wheels, or source folders (the Triton images: an editable
@@ -140,6 +143,19 @@ def deps(args: argparse.Namespace) -> None:
     BASE_CHECK.write_text("\n".join(check_problems()) + "\n")
 
 
+def models(args: argparse.Namespace) -> None:
+    """Packages that ship a model (the cpu image's MODEL_REQUIREMENTS), added to the prefix that
+    `deps` made, in a layer of their own: without dependencies (the file lists every package the
+    model needs), and named among the no-deps distributions for the final `pip check`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = pip_environment(Path(tmp))
+        options = ["install", "--prefix", args.prefix, "--no-warn-script-location", "--no-deps"]
+        pip(*options, "-r", args.requirement, env=env)
+    names = [NAME.match(line) for line in pins(Path(args.requirement))]
+    with NO_DEPS.open("a") as listed:
+        listed.write("".join(f"{canonical(m.group(1))}\n" for m in names if m))
+
+
 def strip(prefix: Path, drop: list[str]) -> None:
     """Drop what no service runs: the test suites some wheels ship, and `drop` (globs)."""
     for site in site_dirs(prefix):
@@ -257,6 +273,9 @@ def main() -> None:
     d.add_argument("--cpu-torch", action="store_true")
     d.add_argument("--no-compile", action="store_true", help="no .pyc (see --warm-import)")
     d.add_argument("--drop", action="append", default=[], help="glob in site-packages to delete")
+    m = commands.add_parser("models", help="add packages that ship a model, without deps")
+    m.add_argument("--prefix", required=True)
+    m.add_argument("-r", "--requirement", required=True)
     w = commands.add_parser("wheels", help="build wheels of the project's folders")
     w.add_argument("--out", required=True)
     w.add_argument("folders", nargs="+")
@@ -268,7 +287,7 @@ def main() -> None:
     p.add_argument("--warm-import", action="append", default=[], help="modules (a,b) to compile")
     p.add_argument("items", nargs="+", help="source folders, wheels or folders of wheels")
     args = parser.parse_args()
-    {"deps": deps, "wheels": wheels, "project": project}[args.command](args)
+    {"deps": deps, "models": models, "wheels": wheels, "project": project}[args.command](args)
 
 
 if __name__ == "__main__":

