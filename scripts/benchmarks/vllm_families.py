@@ -94,7 +94,9 @@ def page(data: Path) -> str:
         "from the family's transformers config); *real* is a released checkpoint. tok/s: the "
         "median over the turns (min–max); TTFT and TPOT: medians over every request; *others*: "
         "the most CPU (cores) the rest of the machine used during a batch. *commit*: the "
-        "engine measured.",
+        "engine measured. These runs are short (few requests per batch, two turns each) so "
+        "that the machine is not held long: compare the servers within a row, where both "
+        "met the same machine minutes apart, not a row with docs/benchmark-vllm-cpu.md.",
         "",
         "| model | family | weights | streams | TritonBox tok/s | vLLM tok/s | × vLLM | "
         "TTFT ms (TritonBox / vLLM) | TPOT ms (TritonBox / vLLM) | others | commit, date |",
