@@ -142,6 +142,10 @@ def main() -> int:
         minutes = (time.monotonic() - measuring) / 60
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
                             capture_output=True).stdout.strip()  # fmt: skip
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                             text=True, capture_output=True).stdout.splitlines()  # fmt: skip
+    if changed:  # a shared working tree: say what the run had that the commit has not
+        commit += " with uncommitted changes to " + ", ".join(f"`{line[3:]}`" for line in changed)
     setup = {
         "command": " ".join(sys.argv),  # as __main__ sets it: the command line
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
