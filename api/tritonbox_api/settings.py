@@ -145,11 +145,8 @@ class ApiSettings(BaseSettings):
     batch_requests_beside_live: int = Field(
         default=0,
         ge=0,
-        le=4096,
-        description="Engine requests batch lines keep while live requests run (and for a "
-        "moment after the last one): as a live request comes, the newest lines over it stop "
-        "and run again later. Each line beside a live request delays its first token "
-        "(docs/benchmark-batch.md). With API_WORKERS > 1, the workers share it.",
+        description="Engine requests batch lines keep while live requests run: as one comes, "
+        "the newest lines over it stop and run again later (docs/batches.md; workers share it).",
     )
     max_beam_width: int = Field(
         default=1,

@@ -37,6 +37,7 @@ from scripts.benchmarks.load import sse
 from scripts.benchmarks.proc import cpu_seconds, machine_cpu_seconds, process_group_of
 from scripts.benchmarks.servers import start_api, start_cpu_engine
 
+from tritonbox_api.service.batch_room import LIVE_QUIET_S
 from tritonbox_api.settings import ApiSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,7 +132,6 @@ async def timed(bench: Bench, turn: Turn, work: Any) -> Turn:
     turn.wall = time.perf_counter() - started
     own = cpu_seconds(bench.pids) - ours + sum(os.times()[:2]) - client
     turn.others = max(0.0, machine_cpu_seconds() - machine - own) / turn.wall
-    print(turn.line(), file=sys.stderr, flush=True)
     return turn
 
 
@@ -157,7 +157,10 @@ async def throughput(bench: Bench, args: argparse.Namespace, rep: int) -> list[T
     turns = []
     for kind in order:
         turn = Turn(kind, size, rep)
+        if kind == "batch alone":  # alone: no live request within the runner's hold-back
+            await asyncio.sleep(LIVE_QUIET_S + 0.5)
         turns.append(await timed(bench, turn, (loop if kind == "closed loop" else alone)(turn)))
+        print(turn.line(), file=sys.stderr, flush=True)
     return turns
 
 
@@ -200,6 +203,7 @@ async def interactive(benches: dict[str, Bench], args: argparse.Namespace, rep: 
                 await timed(bench, turn, work())
             else:
                 await beside(bench, args, turn, live)
+            print(turn.line(), file=sys.stderr, flush=True)
             turns.append(turn)
     return turns
 

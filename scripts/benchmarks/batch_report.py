@@ -102,7 +102,7 @@ def plot(turns: list[Turn], output: Path) -> None:
     matplotlib.use("Agg")  # no screen
     import matplotlib.pyplot as plt
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 4), width_ratios=[1, 1.6])
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4), width_ratios=[1, 1.6])
     kinds = ["closed loop", "batch alone"]
     values = [[t.tokens_per_s for t in _of(turns, k)] for k in kinds]
     medians = [statistics.median(v) for v in values]
@@ -127,7 +127,7 @@ def plot(turns: list[Turn], output: Path) -> None:
     right.set_xticks(range(len(levels)), [f"concurrency {c}" for c in levels])
     right.set_ylabel("time to first token, ms")
     right.set_title("live requests: idle stack vs beside a batch")
-    right.legend(fontsize=8)
+    right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     for axes in (left, right):
         axes.grid(axis="y", alpha=0.3)
     figure.suptitle("SmolLM2-135M-Instruct, cpu engine, 2 CPU cores")
@@ -162,7 +162,8 @@ def report(turns: list[Turn], args: argparse.Namespace, elapsed: float) -> str:
         f"a turn, {args.tokens} tokens each. Batch alone: {size * args.waves} such lines "
         "uploaded as a JSONL file and run as one batch (`POST /v1/files`, `POST /v1/batches`), "
         "timed from the create to the poll (every 50 ms) that sees it `completed`, its output "
-        "file's token counts summed.",
+        "file's token counts summed; created once no live request had run for the runner's "
+        "`LIVE_QUIET_S` (else it starts held back).",
         "",
         "| | requests or lines/s, median (min–max) | output tok/s, median (min–max) "
         "| × closed loop |",
