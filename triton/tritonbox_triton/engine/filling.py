@@ -52,6 +52,8 @@ class ChunkBudget:
         if self.step_s is None or self.token_s is None:
             return min(self.most, FIRST_CHUNK)
         fitting = int(CHUNK_SHARE * self.step_s / self.token_s)
+        # Whole multiples of the smallest: oneDNN makes a kernel per row count, once.
+        fitting -= fitting % SMALLEST_CHUNK
         return max(SMALLEST_CHUNK, min(self.most, fitting))
 
     def observed(self, seconds: float, chunk_tokens: int) -> None:
