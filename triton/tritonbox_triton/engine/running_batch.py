@@ -83,16 +83,20 @@ class RunningBatch(BatchPrefill):
         # of an adapter at some counts), so a 34-token prompt alone rounds otherwise than twice.
         if self._lora_rows is not None:
             self._lora_rows.use([request.lora] * 2)
-        output = self.model(
-            input_ids=torch.tensor([request.prompt] * 2),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=prompt_logprobs.logits_to_keep(request.params),
-        )
+        # The prompt's scores come from its final hidden states, a chunk at a time.
+        scores = prompt_logprobs.wanted(request.params)
+        with prompt_logprobs.final_hidden(self.model, scores) as hidden:
+            output = self.model(
+                input_ids=torch.tensor([request.prompt] * 2),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         self.counts["context"] += 1
         self.counts["context_tokens"] += len(request.prompt)
-        if prompt_logprobs.wanted(request.params):
-            prompt_logprobs.send(request.sink, output.logits[0], request.prompt, request.params)
+        if scores:
+            scored = hidden[0][0]  # the first of the twin rows
+            prompt_logprobs.send(request.sink, self.model, scored, request.prompt, request.params)
         if request.params.max_tokens == 0:  # prefill only: the prompt scored, nothing generated
             request.sink.on_tokens([], [], EngineFinish.LENGTH)
             self._observer.on_finished(EngineFinish.LENGTH.value)
