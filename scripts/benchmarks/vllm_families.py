@@ -131,4 +131,9 @@ def page(data: Path) -> str:
     ]
     if refusals:
         lines += ["", "vLLM refused (the last error line of its log):", "", *refusals]
+    from scripts.benchmarks.families import FAMILIES
+
+    missing = [f for f in FAMILIES if f"random {f}" not in {e["model"] for e in entries}]
+    if missing:
+        lines += ["", "Not measured yet: " + ", ".join(f"random {f}" for f in missing) + "."]
     return "\n".join(lines) + "\n"
