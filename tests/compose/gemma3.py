@@ -91,7 +91,12 @@ def engine_line(stack: Stack) -> str:
 
 
 def completion(stack: Stack) -> str:
-    body = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+    body = {
+        "prompt": "The capital of France is",
+        "max_tokens": 8,
+        "temperature": 0,
+        "stream": False,
+    }
     answer = httpx.post(f"{stack.api}/predict", json=body, headers=stack.auth, timeout=300).json()
     assert answer["status"] == "succeeded" and answer["output"].startswith(COMPLETION), answer
     return repr(answer["output"])
