@@ -117,8 +117,8 @@ class FusedOps:
 
     def silu_mul(self, gate_up: torch.Tensor, intermediate: int,
                  activation: Activation = F.silu) -> torch.Tensor:  # fmt: skip
-        """`swiglu(gate_up, intermediate)` [rows, intermediate] from the MLP's one product of
-        gate and up [rows, 2 × intermediate] (rows contiguous); `activation` for SiLU's."""
+        """act(gate) · up [rows, intermediate] from the MLP's one product of gate and up [rows,
+        2 × intermediate] (rows contiguous): `swiglu`, or with `activation` for SiLU."""
         rows = gate_up.numel() // gate_up.shape[-1]
         out = torch.empty(*gate_up.shape[:-1], intermediate, dtype=gate_up.dtype)
         self._silu_mul(gate_up.data_ptr(), gate_up.stride(-2), out.data_ptr(), rows,
@@ -128,9 +128,8 @@ class FusedOps:
 
     def agrees(self, weight: torch.Tensor, eps: float, heads: int, kv_heads: int,
                cos: torch.Tensor, sin: torch.Tensor) -> bool:  # fmt: skip
-        """Whether both stages give PyTorch's bits for a model of these shapes (its norm weight
-        and RoPE tables), on `TRIES` random inputs per row count, half with magnitudes spread
-        over 2^±8."""
+        """Whether both stages give PyTorch's bits for a model of these shapes (its norm weight,
+        RoPE tables), on `TRIES` random inputs per row count, half spread over 2^±8."""
         generator = torch.Generator().manual_seed(_SEED)
         return self.sums_agree(weight.shape[0]) and all(
             self._norm_agrees(weight, eps, rows, attempt, generator)
@@ -242,10 +241,8 @@ def load(directory: Path | None = None) -> FusedOps | None:
         # A second OpenMP runtime would keep a second team of workers: more threads than cores.
         log.warning("fused ops: loading them brought another libgomp; PyTorch's operations")
         return None
-    # The width of ATen's float vectors in its sums (this machine's kernels, not the CPU's
-    # widest: AVX-512 machines were seen summing 8 wide).
-    vector_exp = fused_vector_exp()
-    candidates = (FusedOps(library, lanes, built, vector_exp) for lanes in LANES)
+    # The width of ATen's sums: this machine's kernels' (AVX-512 ones were seen summing 8 wide).
+    candidates = (FusedOps(library, lanes, built, fused_vector_exp()) for lanes in LANES)
     ops = next((candidate for candidate in candidates if candidate.sums_agree()), None)
     if ops is None:
         log.warning("fused ops: ATen sums in another order here: PyTorch's operations instead")
