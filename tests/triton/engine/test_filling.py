@@ -54,13 +54,14 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2", "gemma3_text"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_a_prompt_in_chunks_gets_the_keys_and_logits_of_one_pass(
-    family: str, dtype: torch.dtype, tmp_path: Path
+    family: str, dtype: torch.dtype, tmp_path: Path, make_sink: Any
 ) -> None:
     model = load_model(build(family, tmp_path), dtype)
     step = DecodeStep(model, fused_ops.load())
     prompt = _prompt(150, seed=1)  # past the window (8), in chunks of 40, 40, 40, 30
     logits, layers = step.prefill([prompt])
-    filling = Filling(EngineRequest(prompt, _params(1), None, [], []), step.kv_layout())
+    request = EngineRequest(prompt, _params(1), make_sink(), [], [])
+    filling = Filling(request, step.kv_layout())
     chunks = 0
     while True:
         chunk = filling.chunk(40)
@@ -106,9 +107,7 @@ class _Watched:
         self.sink.on_tokens(tokens, *args, **kwargs)
 
 
-def test_a_long_prompt_fills_in_chunks_beside_running_streams(
-    llama: Path, make_sink: Any
-) -> None:
+def test_a_long_prompt_fills_in_chunks_beside_running_streams(llama: Path, make_sink: Any) -> None:
     """The running streams keep getting tokens while a long prompt comes in, one chunk a step
     (counted, not timed), and every answer is still stock transformers' in float32."""
     engine = _engine(llama, prefill_chunk_tokens=CHUNK, prefix_cache_bytes=0)
@@ -122,7 +121,7 @@ def test_a_long_prompt_fills_in_chunks_beside_running_streams(
             sinks[0].done.wait(0.01)
         before = [len(sink.tokens) for sink in sinks]
         watched = _Watched(make_sink(), sinks)
-        engine.submit(EngineRequest(long_prompt, _params(8), watched, [], []))  # type: ignore[arg-type]
+        engine.submit(EngineRequest(long_prompt, _params(8), watched, [], []))
         long_answer = watched.sink.wait(300).tokens
         answers = [sink.wait(300).tokens for sink in sinks]
     finally:

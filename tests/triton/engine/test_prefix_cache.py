@@ -30,7 +30,9 @@ def test_the_longest_run_of_whole_blocks_short_of_the_last_token() -> None:
     same_start = first[: 2 * BLOCK + 3] + [9999] * 50
     found = cache.lookup(same_start)
     assert found is not None and found[0][0].shape[2] == 2 * BLOCK
-    assert torch.equal(found[1][0][0, 0, :, 0], torch.tensor(first[: 2 * BLOCK], dtype=torch.float32))
+    assert torch.equal(
+        found[1][0][0, 0, :, 0], torch.tensor(first[: 2 * BLOCK], dtype=torch.float32)
+    )
     # The very same prompt: its last token is left to compute.
     exact = first[: 3 * BLOCK]
     found = cache.lookup(exact)
@@ -52,7 +54,7 @@ def test_bytes_bounded_least_recently_used_first() -> None:
     assert all(cache.covers(prompts[i] + [1]) for i in (0, 2, 3))
     too_big = [5] * (8 * BLOCK)
     cache.add(too_big, _layers(too_big))
-    assert not cache.covers(too_big + [1]) and cache.used <= cache.capacity
+    assert not cache.covers([*too_big, 1]) and cache.used <= cache.capacity
 
 
 def test_a_hash_collision_is_not_served(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -61,11 +63,11 @@ def test_a_hash_collision_is_not_served(monkeypatch) -> None:  # type: ignore[no
     first = [1] * (2 * BLOCK)
     cache.add(first, _layers(first))
     assert cache.lookup([2] * (2 * BLOCK) + [3]) is None  # same hashes, other tokens
-    assert cache.lookup(first + [3]) is not None
+    assert cache.lookup([*first, 3]) is not None
 
 
 def test_off_at_zero_bytes() -> None:
     cache = PrefixCache(0)
     prompt = [1] * (2 * BLOCK)
     cache.add(prompt, _layers(prompt))
-    assert cache.used == 0 and cache.lookup(prompt + [2]) is None
+    assert cache.used == 0 and cache.lookup([*prompt, 2]) is None
