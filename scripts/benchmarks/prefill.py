@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from scripts.benchmarks import families
 
 from tritonbox_triton.engine.attention import load_model
 from tritonbox_triton.engine.dtype import engine_dtype
@@ -43,27 +44,16 @@ PAGE = REPO / "docs" / "benchmark-prefill.md"
 STREAM_PROMPT = [1, *range(1000, 1038)]
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.done = 0.0
+class Sink(families.Sink):
+    """families.py's sink, with the time each token came."""
 
-    def is_cancelled(self) -> bool:
-        return False
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
 
     def on_tokens(self, tokens: list[int], logprobs: Any, finish: Any, top: Any = ()) -> None:
         self.times += [time.perf_counter()] * len(tokens)
-        if finish is not None:
-            self.done = time.perf_counter()
-
-    def on_error(self, message: str) -> None:
-        raise RuntimeError(message)
-
-    def on_cancelled(self) -> None:
-        pass
-
-    def on_prompt(self, scores: Any) -> None:
-        pass
+        super().on_tokens(tokens, logprobs, finish, top)
 
 
 def _send(engine: InflightBatcher, prompt: list[int], tokens: int) -> tuple[Sink, float]:

@@ -50,10 +50,12 @@ class GemmaNorm:
         """`hidden += delta` in place (unless None, when `hidden` is only read); returns
         `gemma_rms_norm(hidden, weight, eps)`, into `out` when given. Rows contiguous."""
         columns = hidden.shape[-1]
-        if not hidden.is_contiguous():
+        if delta is None:  # only read: a copy will do (q and k's heads are slices of q/k/v)
             hidden = hidden.contiguous()
+        elif not (hidden.is_contiguous() and delta.is_contiguous()):
+            raise ValueError("fused norm: the residual and its addition must be contiguous")
         out = torch.empty_like(hidden) if out is None else out
-        pointer = None if delta is None else delta.contiguous().data_ptr()
+        pointer = None if delta is None else delta.data_ptr()
         status = self._norm(hidden.data_ptr(), pointer, self.shifted.data_ptr(), out.data_ptr(),
                             hidden.numel() // columns, columns, self.eps, self._lanes,
                             torch.get_num_threads())  # fmt: skip
