@@ -122,8 +122,9 @@ SLOTS = "MAX_CONCURRENT_REQUESTS"
 CASES = [
     Case("n-over-limit", f"chat `n` = 10,000 (the limit: {MAX_CHOICES})",
          r.chat(n=10_000), 400, ("n:", str(MAX_CHOICES))),
-    Case("n-past-slots", f"chat `n` = {MAX_CHOICES} with 4 slots free",
-         r.chat(n=MAX_CHOICES), 429, (SLOTS, "each choice of `n` takes one"), retry_after=True),
+    Case("n-past-slots", f"chat `n` = {MAX_CHOICES} while a stream holds a slot",
+         r.holding_a_slot(r.chat(n=MAX_CHOICES)), 429, (SLOTS, "each choice of `n` takes one"),
+         retry_after=True),
     Case("flood", f"a key of {stack.SCRIPT_RPM} requests a minute sends 24 at a time, 6 at "
          "once, twice a second", r.at_once(r.complete("script", max_tokens=2), 24, 6), 429,
          (f"rate limit reached for key script: {stack.SCRIPT_RPM} requests per minute",),

@@ -68,6 +68,20 @@ def at_once(send: Send, count: int, workers: int) -> Send:
     return burst
 
 
+def holding_a_slot(send: Send, key: str = "intruder") -> Send:
+    """`send` while a stream of `key`'s holds a slot: the api's slots are never all free then
+    (alone, a prediction runs whatever its `n`), whatever the interactive streams are doing."""
+
+    def held(client: httpx.Client, target: Target) -> list[httpx.Response]:
+        body = _complete(target, max_tokens=256, stream=True)
+        with client.stream("POST", "/v1/completions", json=body, headers=auth(key)) as stream:
+            stream.raise_for_status()
+            next(line for line in stream.iter_lines() if line.startswith("data:"))
+            return send(client, target)  # leaving the block disconnects: the engine stops
+
+    return held
+
+
 def raw(path: str, content: bytes | Callable[[], Iterator[bytes]], key: str = "intruder") -> Send:
     """A POST of these bytes as JSON (a function of them: sent chunked, no Content-Length)."""
 
