@@ -156,18 +156,26 @@ def test_a_prompt_that_starts_as_an_earlier_one_continues_from_its_keys(
     assert answers == [_stock_greedy(llama, prompt, 12) for prompt in (first, second)]
 
 
-def test_two_long_prompts_fill_one_after_the_other(llama: Path, make_sink: Any) -> None:
+def test_long_prompts_fill_together_beside_a_stream(llama: Path, make_sink: Any) -> None:
+    """Three long prompts arriving while a stream runs fill together: the step's budget goes
+    to the one with the least left first, so the shortest, sent after two long ones, is not
+    held for them, and every answer is stock transformers' in float32."""
     engine = _engine(llama, prefill_chunk_tokens=CHUNK)
-    prompts = [_prompt(20, seed=8), _prompt(200, seed=9), _prompt(180, seed=10)]
+    prompts = [_prompt(20, seed=8), _prompt(200, seed=9), _prompt(180, seed=10),
+               _prompt(70, seed=11)]  # fmt: skip
     try:
         sinks = [make_sink() for _ in prompts]
         engine.submit(EngineRequest(prompts[0], _params(60), sinks[0], [], []))
         while not sinks[0].tokens:
             sinks[0].done.wait(0.01)
-        for prompt, sink in zip(prompts[1:], sinks[1:], strict=True):
+        watched = _Watched(sinks[3], sinks[1:3])
+        for prompt, sink in zip(prompts[1:], [*sinks[1:3], watched], strict=True):
             engine.submit(EngineRequest(prompt, _params(6), sink, [], []))
         answers = [sink.wait(300).tokens for sink in sinks]
     finally:
         engine.stop()
-    expected = [_stock_greedy(llama, p, n) for p, n in zip(prompts, (60, 6, 6), strict=True)]
+    expected = [_stock_greedy(llama, p, n) for p, n in zip(prompts, (60, 6, 6, 6), strict=True)]
     assert answers == expected
+    # One prompt at a time, or in arrival order, the 70-token prompt would have had its first
+    # token after both long ones had theirs.
+    assert watched.others_at_first == [0, 0]

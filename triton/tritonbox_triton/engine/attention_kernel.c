@@ -122,6 +122,66 @@ static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out,
 }
 #endif
 
+#ifdef __AVX512F__
+/* A prompt's positions are cut into blocks of this many, each block a task of its own: a lone
+   prompt has as few (row, kv head) tasks as kv heads (3 for SmolLM2), which left one of two
+   threads idle for a third of its attention. A position's result does not depend on which task
+   computes it. */
+#define POSITION_BLOCK 16
+
+typedef struct {
+    const bf16 *query, *keys, *values;
+    long query_row, query_position, key_row, key_head, key_column, value_row, value_head,
+        value_column;
+    const int64_t *lengths;
+    long positions, rows, kv_heads, groups, dim, window, blocks;
+    bf16 *out;
+    float scale, softcap;
+    exp16 vexp;
+} Attention;
+
+/* Task `task`: (row, kv head) task % (rows × kv heads), its positions' block counted from the
+   last (the costliest first, for the dynamic schedule). Nonzero when it could not run. */
+static int run_task(const Attention *a, long task) {
+    long pair = task % (a->rows * a->kv_heads), block = a->blocks - 1 - task / (a->rows * a->kv_heads);
+    long row = pair / a->kv_heads, head = pair % a->kv_heads, longest = a->lengths[row];
+    long padded = (longest + 15) & ~15L, first = longest - a->positions + 1, groups = a->groups;
+    long dim = a->dim, begin = block * POSITION_BLOCK;
+    long end = begin + POSITION_BLOCK < a->positions ? begin + POSITION_BLOCK : a->positions;
+    int chunks = (int)(dim / 16);
+    float on_stack[STACK_SCORES] __attribute__((aligned(64)));
+    int small = groups * padded <= STACK_SCORES;
+    float *scores = small ? on_stack : aligned_alloc(64, sizeof(float) * (size_t)(groups * padded));
+    if (!scores || first < 1) {
+        if (!small) free(scores);
+        return 1;
+    }
+    Columns kv = {a->keys + row * a->key_row + head * a->key_head,
+                  a->values + row * a->value_row + head * a->value_head, a->key_column,
+                  a->value_column};
+    long tasks = a->rows * a->kv_heads * a->blocks, after = task + 1 < tasks ? task + 1 : task;
+    long after_pair = after % (a->rows * a->kv_heads);
+    const bf16 *ahead = a->keys + (after_pair / a->kv_heads) * a->key_row +
+                        (after_pair % a->kv_heads) * a->key_head;
+    for (long t = begin; t < end; t++) {
+        const bf16 *q = a->query + row * a->query_row + t * a->query_position + head * groups * dim;
+        bf16 *o = a->out + ((row * a->positions + t) * a->kv_heads + head) * groups * dim;
+        const bf16 *next = t + 1 < end ? kv.keys : ahead;
+        long seen = first + t, start = a->window > 0 && seen > a->window ? seen - a->window : 0;
+        Columns in = {kv.keys + start * a->key_column, kv.values + start * a->value_column,
+                      a->key_column, a->value_column};
+        if (chunks == 4) /* the common head dimension of 64, unrolled by the compiler */
+            attend(q, in, seen - start, o, groups, 4, a->scale, a->softcap, a->vexp, scores,
+                   padded, next);
+        else
+            attend(q, in, seen - start, o, groups, chunks, a->scale, a->softcap, a->vexp, scores,
+                   padded, next);
+    }
+    if (!small) free(scores);
+    return 0;
+}
+#endif
+
 /* query (row r, position t): its heads at query[r * query_row + t * query_position ..],
    [kv heads × groups, dim] contiguous. keys (row r, kv head h, column j) at
    keys[r * key_row + h * key_head + j * key_column ..], dim contiguous; values likewise. Row r's
@@ -137,40 +197,18 @@ int attention(const bf16 *query, long query_row, long query_position, const bf16
 #ifdef __AVX512F__
     if (!vector_exp || dim % 16 || dim / 16 > MAX_CHUNKS || groups < 1 || groups > MAX_GROUPS)
         return -1;
-    exp16 vexp = (exp16)vector_exp;
-    int chunks = (int)(dim / 16), failed = 0;
-    long tasks = rows * kv_heads;
+    Attention a = {query, keys, values, query_row, query_position, key_row, key_head,
+                   key_column, value_row, value_head, value_column, lengths, positions, rows,
+                   kv_heads, groups, dim, window, (positions + POSITION_BLOCK - 1) / POSITION_BLOCK,
+                   out, scale, softcap, (exp16)vector_exp};
+    long tasks = rows * kv_heads * a.blocks;
+    int failed = 0;
+    if (a.blocks == 1) { /* a decode step: tasks of equal cost, as many as rows × kv heads */
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
-    for (long task = 0; task < tasks; task++) {
-        long row = task / kv_heads, head = task % kv_heads, longest = lengths[row];
-        long padded = (longest + 15) & ~15L, first = longest - positions + 1;
-        float on_stack[STACK_SCORES] __attribute__((aligned(64)));
-        int small = groups * padded <= STACK_SCORES;
-        float *scores = small ? on_stack : aligned_alloc(64, sizeof(float) * (size_t)(groups * padded));
-        if (!scores || first < 1) {
-            failed = 1;
-            if (!small) free(scores);
-            continue;
-        }
-        Columns kv = {keys + row * key_row + head * key_head,
-                      values + row * value_row + head * value_head, key_column, value_column};
-        long after = task + 1 < tasks ? task + 1 : task;
-        const bf16 *ahead = keys + (after / kv_heads) * key_row + (after % kv_heads) * key_head;
-        for (long t = 0; t < positions; t++) {
-            const bf16 *q = query + row * query_row + t * query_position + head * groups * dim;
-            bf16 *o = out + ((row * positions + t) * kv_heads + head) * groups * dim;
-            const bf16 *next = t + 1 < positions ? kv.keys : ahead;
-            long seen = first + t, start = window > 0 && seen > window ? seen - window : 0;
-            Columns in = {kv.keys + start * key_column, kv.values + start * value_column,
-                          key_column, value_column};
-            if (chunks == 4) /* the common head dimension of 64, unrolled by the compiler */
-                attend(q, in, seen - start, o, groups, 4, scale, softcap, vexp, scores, padded,
-                       next);
-            else
-                attend(q, in, seen - start, o, groups, chunks, scale, softcap, vexp, scores,
-                       padded, next);
-        }
-        if (!small) free(scores);
+        for (long task = 0; task < tasks; task++) failed |= run_task(&a, task);
+    } else { /* a prompt's blocks: later positions see more keys */
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) reduction(| : failed)
+        for (long task = 0; task < tasks; task++) failed |= run_task(&a, task);
     }
     return failed;
 #else

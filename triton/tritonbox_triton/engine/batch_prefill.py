@@ -10,13 +10,14 @@ keys and values (filling.py, prefix_cache.py)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 from transformers import PreTrainedModel
 
 from . import prefill
 from .decode_step import DecodeStep
-from .filling import ChunkBudget, Filling, PromptChunk
+from .filling import ChunkBudget, Filling, PromptChunk, step_chunks
 from .kv_batch import Layers
 from .lora_layers import LoraRows
 from .prefix_cache import BLOCK, PrefixCache
@@ -37,7 +38,7 @@ class BatchPrefill:
     _observer: EngineObserver
 
     def __init__(self, timings: EngineTimings) -> None:
-        self.filling: Filling | None = None  # a prompt prefilled in chunks
+        self.fillings: list[Filling] = []  # prompts prefilled in chunks, in arrival order
         self.prefixes = PrefixCache(timings.prefix_cache_bytes)
         self.budget = ChunkBudget(timings.prefill_chunk_tokens)
 
@@ -48,24 +49,29 @@ class BatchPrefill:
     def _prefill(self, request: EngineRequest) -> None:
         raise NotImplementedError  # RunningBatch's: through the model's forward
 
-    def prefill(self, admitted: list[EngineRequest]) -> None:
+    def prefill(self, admitted: list[EngineRequest], *, burst: bool = False) -> None:
         """Prefill `admitted` and send their first tokens; those that go on join the batch.
         A failed pass fails its own requests only. A long prompt, or one that starts as a
-        prompt before it did, goes last, and in chunks or from that prefix (filling.py)."""
-        busy = bool(self.running) or len(admitted) > 1
-        filling = None
-        if self.filling is None:
-            filling = next((r for r in admitted if self._fills(r, busy)), None)
-        self._prefill_now([r for r in admitted if r is not filling])
-        if filling is None:
-            return
-        try:
-            self._start_filling(filling)
-        except Exception as error:
-            log.exception("prefill failed")
-            self.filling = None
-            filling.sink.on_error(f"prefill failed: {error}")
-            self._observer.on_finished("error")
+        prompt before it did, goes last, and in chunks or from that prefix (filling.py).
+        Chunks protect streams that ran before: a burst at an idle engine (`burst`: the rest
+        of one, after its first pass) is prefilled in passes (prefill.py), which take it in
+        far fewer passes over the weights than chunks would."""
+        busy = bool(self.running) and not burst
+        filling = [r for r in admitted if self._fills(r, busy)]
+        chunked = {id(r) for r in filling}
+        self._prefill_now([r for r in admitted if id(r) not in chunked])
+        for request in filling:
+            try:
+                self._start_filling(request)
+            except Exception as error:
+                self._failed(request, error)
+        if filling and not self.running:
+            self._fill()
+
+    def _failed(self, request: EngineRequest, error: Exception) -> None:
+        log.exception("prefill failed")
+        request.sink.on_error(f"prefill failed: {error}")
+        self._observer.on_finished("error")
 
     def _prefill_now(self, admitted: list[EngineRequest]) -> None:
         shared = [r for r in admitted if prefill.shareable(r.params, r.lora is not None)]
@@ -115,7 +121,7 @@ class BatchPrefill:
 
     def chunked(self, request: EngineRequest, busy: bool) -> bool:
         """Whether `request`, admitted now, would be prefilled in chunks beside running streams
-        (`busy`; filling.py): the scheduler admits one such prompt at a time."""
+        (`busy`; filling.py)."""
         chunk = self.budget.tokens()
         return busy and len(request.prompt) > chunk > 0 and self._fillable(request)
 
@@ -130,27 +136,37 @@ class BatchPrefill:
         return self.chunked(request, busy) or self.prefixes.covers(request.prompt)
 
     def _start_filling(self, request: EngineRequest) -> None:
-        """`request` into `filling`, from its cached prefix if any (filling.py); with no stream
-        running, prefilled now."""
+        """`request` among `fillings`, from its cached prefix if any (filling.py)."""
         assert self.fast_step is not None
         prefix = self.prefixes.lookup(request.prompt)
-        self.filling = Filling(request, self.fast_step.kv_layout(), prefix)
-        if not self.running:
-            self._fill()
+        self.fillings.append(Filling(request, self.fast_step.kv_layout(), prefix))
 
-    def _fill(self, logits: torch.Tensor | None = None, chunk: PromptChunk | None = None) -> None:
-        """The filling prompt's next chunk: with `logits`, the step that carried `chunk` gave
-        them (its last row the prompt's, where it ended); else the rest runs alone now."""
-        filling = self.filling
-        assert filling is not None and self.fast_step is not None
-        if chunk is None:  # no stream waits for it, or the step took the model's forward
-            chunk = filling.chunk(self.budget.tokens() if self.running else 0)
-            logits = self.fast_step.extend(chunk)
-        filling.advance(chunk)
-        self.counts["context_tokens"] += len(chunk.ids)
-        if not chunk.last:
+    def drop_fillings(self, cancelled: Callable[[EngineRequest], bool]) -> list[EngineRequest]:
+        """The filling prompts whose requests are `cancelled`, taken out."""
+        gone = [f for f in self.fillings if cancelled(f.request)]
+        self.fillings = [f for f in self.fillings if f not in gone]
+        return [f.request for f in gone]
+
+    def _fill(self, logits: torch.Tensor | None = None, chunks: list[PromptChunk] | None = None,
+              ) -> None:  # fmt: skip
+        """The filling prompts' next chunks: with `chunks`, the step that carried them gave
+        `logits`, a row for each chunk that ended its prompt; else (no stream waits for them,
+        or the step took the model's forward) they run alone now, the whole of what is left of
+        each where no stream runs."""
+        assert self.fast_step is not None
+        if not chunks:
+            chunks = step_chunks(self.fillings, self.budget.tokens() if self.running else 0)
+            ends = [self.fast_step.extend(chunk) for chunk in chunks if chunk.last]
+            logits = torch.cat(ends) if ends else None
+        done = []
+        for filling, chunk in zip(self.fillings, chunks, strict=False):
+            filling.advance(chunk)
+            self.counts["context_tokens"] += len(chunk.ids)
+            if chunk.last:
+                done.append(filling)
+        if not done:
             return
-        assert logits is not None
-        self.filling = None
-        self.counts["context"] += 1
-        self._start([filling.request], logits[-1:].float(), [filling.layers()])
+        assert logits is not None and len(logits) == len(done)
+        self.fillings = [f for f in self.fillings if f not in done]
+        self.counts["context"] += len(done)
+        self._start([f.request for f in done], logits.float(), [f.layers() for f in done])

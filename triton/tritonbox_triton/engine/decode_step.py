@@ -27,25 +27,25 @@ Batches with LoRA adapters take the model's forward (lora_layers.py wraps its pr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from . import windowed
 from .attention import DecodeAttention, model_kernel, prefill_attention
+from .chunk_stages import ChunkStages, last_rows
 from .family import unsupported
 from .filling import KVLayout, PromptChunk
 from .fused_ops import FusedOps
 from .kv_batch import Layers
 from .packed_layer import PackedLayer
 from .prefill import own_layers, right_padded
-from .step_stages import Stages
 
 __all__ = ["DecodeStep", "unsupported"]
 
 
-class DecodeStep(Stages):
+class DecodeStep(ChunkStages):
     """One decode step over the engine's KV buffers.
 
     `ids` [rows]; `positions` [rows], each row's length so far, where its new key is written;
@@ -109,12 +109,13 @@ class DecodeStep(Stages):
         valid: torch.Tensor,
         keys: torch.Tensor,
         values: torch.Tensor,
-        chunk: PromptChunk | None = None,
+        chunks: Sequence[PromptChunk] = (),
     ) -> torch.Tensor:
-        """With `chunk`, a piece of a prompt rides along (chunked prefill, filling.py): its
+        """With `chunks`, pieces of prompts ride along (chunked prefill, filling.py): their
         tokens go through the same products after the rows' (the weights are read once for
-        both), its keys and values into its own buffers; where it ends its prompt, the result
-        has one more row, the logits of the prompt's last position."""
+        all), each chunk's keys and values into its prompt's buffers; for each chunk that ends
+        its prompt, in their order, the result has one more row: the logits of the prompt's
+        last position."""
         rows, width = ids.shape[0], valid.shape[1]
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         last = int(positions.max())
@@ -150,59 +151,15 @@ class DecodeStep(Stages):
             else:
                 grouped = query.reshape(rows, kv_heads, heads // kv_heads, dim)
                 attended = attention(grouped, layer_keys, layer_values, layer.scaling)
-            if chunk is None:
+            if not chunks:
                 return attended
-            return torch.cat([attended, self.chunk_attention(qkv[rows:], chunk, index)])
+            return torch.cat([attended, *self.chunks_attention(qkv[rows:], chunks, index)])
 
-        if chunk is None:
+        if not chunks:
             return self._logits(self._layers(ids, attend))
-        self._rope_table(chunk.end)
-        x = self._layers(torch.cat([ids, chunk.ids]), attend)
-        return self._logits(torch.cat([x[:rows], x[-1:]]) if chunk.last else x[:rows])
-
-    @torch.inference_mode()
-    def extend(self, chunk: PromptChunk) -> torch.Tensor:
-        """A prompt's chunk alone (no decode rows): the logits [1, vocab] of its last position."""
-        self._rope_table(chunk.end)
-        x = self._layers(chunk.ids, lambda index, _, qkv: self.chunk_attention(qkv, chunk, index))
-        return self._logits(x[-1:])
-
-    def _layers(self, ids: torch.Tensor,
-                attend: Callable[[int, PackedLayer, torch.Tensor], torch.Tensor],
-                ) -> torch.Tensor:  # fmt: skip
-        """The final norm's output for tokens `ids`, `attend` giving each layer's attention
-        output from its q/k/v product."""
-        hidden = self.embedding(ids)
-        normed = torch.empty_like(hidden)  # each norm's output, read by the product after it
-        hidden, x = self.add_norm(hidden, None, self.layers[0].input_norm, normed)
-        for index, (layer, norm) in enumerate(zip(self.layers, self.next_norms(), strict=True)):
-            attended = attend(index, layer, layer.qkv(x))
-            hidden, x = self.after_attention(layer, hidden, attended, norm, normed)
-        return x
-
-    def chunk_attention(self, qkv: torch.Tensor, chunk: PromptChunk, index: int) -> torch.Tensor:
-        """Layer `index`'s attention for a prompt's chunk ([tokens, width] of its q/k/v
-        product): its keys and values written into the chunk's buffers, each query over the
-        prompt's keys up to its own: [tokens, heads × dim]."""
-        tokens, start, end = qkv.shape[0], chunk.start, chunk.end
-        heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
-        layer = self.layers[index]
-        qk = self.prefill_rope(qkv[None], 1, tokens, index, start)[0]  # [tokens, heads, dim]
-        keys, values = chunk.keys[index], chunk.values[index]  # [1, kv heads, prompt, dim]
-        keys[0, :, start:end] = qk[:, heads:].transpose(0, 1)
-        values[0, :, start:end] = (
-            qkv[:, layer.qk_width :].view(tokens, kv_heads, dim).transpose(0, 1)
-        )
-        query = qk[:, :heads].transpose(0, 1)[None]  # [1, heads, tokens, dim]
-        window, softcap = self.family.windows[index], self.family.attention_softcap
-        keys, values = keys[:, :, :end], values[:, :, :end]
-        if self._attention_kernel is not None:
-            return self._attention_kernel.causal(query, keys, values, layer.scaling,
-                                                 window=window, softcap=softcap,
-                                                 before=start)[0]  # fmt: skip
-        allowed = windowed.causal_allowed(end, window)[:, :, start:]
-        attended = windowed.attend(query, keys, values, allowed, layer.scaling, softcap)
-        return attended[0].transpose(0, 1).reshape(tokens, heads * dim)
+        self._rope_table(max(chunk.end for chunk in chunks))
+        x = self._layers(torch.cat([ids, *(chunk.ids for chunk in chunks)]), attend)
+        return self._logits(torch.cat([x[:rows], x[[rows + row for row in last_rows(chunks)]]]))
 
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, list[Layers]]:

@@ -9,8 +9,12 @@ arithmetic. TensorRT-LLM (`enable_chunked_context`) and vLLM (`--enable-chunked-
 same with a token budget per step. Here the budget comes from what the engine observes
 (`ChunkBudget`): as many tokens as cost about `CHUNK_SHARE` of a step without them, so the
 running streams' time per token stays under twice its steady value on any machine and model, up
-to `prefill_chunk_tokens` (timings.py). One prompt fills at a time; when no stream runs, what is
-left of it is prefilled at once (nobody waits for it).
+to `prefill_chunk_tokens` (timings.py). Several prompts may fill at once: the budget goes to
+the one with the least left first (`step_chunks`), so a short prompt that arrives behind a long
+one is not held for the whole of it (the mean time to first token is least that way), and the
+rest of a step's budget goes to the next. A long prompt is passed over only by prompts shorter
+than what it has left, each once, and only while they are admitted (the batch's room bounds
+them). When no stream runs, what is left of each is prefilled at once (nobody waits for it).
 
 A chunk's queries attend over the prompt's keys up to their own, through the compiled attention
 (or windowed.py's explicit one), so a prompt's attention is the same however it was cut; its
@@ -126,3 +130,19 @@ class Filling:
     def layers(self) -> Layers:
         """The prompt's keys and values, per layer [1, kv heads, length, dim]."""
         return list(zip(self.keys, self.values, strict=True))
+
+
+def step_chunks(fillings: list[Filling], budget: int) -> list[PromptChunk]:
+    """The next chunks, `budget` tokens in all (0: the whole of what is left of each): `fillings`
+    are put in order of what they have left, least first (in place: the chunks are those of its
+    first fillings, as many as the budget reaches)."""
+    fillings.sort(key=lambda filling: filling.left)
+    chunks: list[PromptChunk] = []
+    left = budget
+    for filling in fillings:
+        if budget > 0 and left <= 0:
+            break
+        chunk = filling.chunk(left if budget > 0 else 0)
+        chunks.append(chunk)
+        left -= int(chunk.ids.shape[0])
+    return chunks

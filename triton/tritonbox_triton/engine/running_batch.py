@@ -21,6 +21,7 @@ from .batch_choice import choose_tokens
 from .batch_prefill import BatchPrefill
 from .decode_step import DecodeStep
 from .family import unsupported
+from .filling import PromptChunk, step_chunks
 from .fused_ops import load as load_fused_ops
 from .kv_batch import BatchedKVCache, Layers, prefilled_layers
 from .lora_layers import LoraRows
@@ -73,7 +74,7 @@ class RunningBatch(BatchPrefill):
 
     def reserved(self) -> int:
         """Tokens the running requests reserve in the KV cache (prompt + max_tokens each)."""
-        filling = 0 if self.filling is None else self.filling.request.reserved_tokens
+        filling = sum(filling.request.reserved_tokens for filling in self.fillings)
         return filling + sum(run.request.reserved_tokens for run in self.running)
 
     def _prefill(self, request: EngineRequest) -> None:
@@ -134,10 +135,10 @@ class RunningBatch(BatchPrefill):
                 self.prefixes.add(request.prompt, own)
 
     def decode_step(self) -> int:
-        """One token for every running sequence, and the filling prompt's next chunk; how many
+        """One token for every running sequence, and the filling prompts' next chunks; how many
         ended (they have left the batch)."""
         if not self.running:
-            if self.filling is not None:
+            if self.fillings:
                 self._fill()
             return 0
         valid, positions = self.kv.decode_inputs()
@@ -148,18 +149,15 @@ class RunningBatch(BatchPrefill):
         if self._lora_rows is not None:
             self._lora_rows.use([run.request.lora for run in rows])
             adapters = bool(self._lora_rows.groups)
-        chunk = None
+        chunks: list[PromptChunk] = []
         if self.fast_step is not None and not adapters:
             kv = self.kv
-            if self.filling is not None:
-                chunk = self.filling.chunk(self.budget.tokens())
+            chunks = step_chunks(self.fillings, self.budget.tokens())
             began = time.perf_counter()
             step = self.fast_step(
-                last[:, 0], positions[:, 0], valid, kv.key_buffers, kv.value_buffers, chunk
+                last[:, 0], positions[:, 0], valid, kv.key_buffers, kv.value_buffers, chunks
             )
-            self.budget.observed(
-                time.perf_counter() - began, 0 if chunk is None else len(chunk.ids)
-            )
+            self.budget.observed(time.perf_counter() - began, sum(len(c.ids) for c in chunks))
         else:
             output = self.model(
                 input_ids=last,
@@ -182,8 +180,8 @@ class RunningBatch(BatchPrefill):
         ]
         if len(keep) != running:
             self.keep(keep)
-        if self.filling is not None:  # after the rows' tokens: theirs were due first
-            self._fill(step if chunk is not None else None, chunk)
+        if self.fillings:  # after the rows' tokens: theirs were due first
+            self._fill(step[len(rows) :], chunks)
         return running - len(keep)
 
     def keep(self, keep: list[int]) -> None:
@@ -198,11 +196,11 @@ class RunningBatch(BatchPrefill):
 
     def fail(self, message: str) -> None:
         """Every running request fails with `message`; the batch starts afresh."""
-        filling = [] if self.filling is None else [self.filling.request]
+        filling = [filling.request for filling in self.fillings]
         for request in [*filling, *(run.request for run in self.running)]:
             request.sink.on_error(message)
             self._observer.on_finished("error")
-        self.running, self.filling = [], None
+        self.running, self.fillings = [], []
         self.kv = self._new_cache()
 
     def _new_cache(self) -> BatchedKVCache:

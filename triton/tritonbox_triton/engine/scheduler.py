@@ -187,35 +187,35 @@ class InflightBatcher:
             batch.keep(keep)
         if ask_clients:
             self._cancels.drop_waiting(queue.requests)
+        if batch.fillings:
+            cancelled = functools.partial(self._cancels.is_cancelled, ask_client=ask_clients)
+            self._cancels.cancel(batch.drop_fillings(cancelled))
         if self._admit(queue.first_pass(busy=bool(batch.running))):
             # The rest of a wave split in passes (admission.py), and those that came in during a
             # prefill, take theirs now rather than after a step: the step then runs for all of
             # them, which costs little more than for the first (its products read the weights
             # once either way), and they stay in step. A large rest is split again, as a wave.
-            while self._admit(queue.next_pass()):
+            while self._admit(queue.next_pass(), burst=True):
                 pass
-        if (batch.running or batch.filling) and (ended := batch.decode_step()):
+        if (batch.running or batch.fillings) and (ended := batch.decode_step()):
             queue.ended(ended, idle=not batch.running)
         self._report()
-        return bool(batch.running or batch.filling or len(queue))
+        return bool(batch.running or batch.fillings or len(queue))
 
-    def _admit(self, limit: int | None = None) -> int:
+    def _admit(self, limit: int | None = None, *, burst: bool = False) -> int:
         """Prefill waiting requests while the batch has room and their KV reservations fit
-        (else the first stays first in line), `limit` of them at most; how many it admitted."""
+        (else the first stays first in line), `limit` of them at most; how many it admitted.
+        Long prompts among them fill in chunks beside the streams that ran before (filling.py),
+        unless they are the rest of a `burst` (batch_prefill.py)."""
         batch = self._batch
         admitted: list[EngineRequest] = []
-        room = self._max_batch_size - len(batch.running) - (batch.filling is not None)
+        room = self._max_batch_size - len(batch.running) - len(batch.fillings)
         most = room if limit is None else min(room, limit)
         while len(admitted) < most:
             reserved = batch.reserved() + sum(r.reserved_tokens for r in admitted)
-            busy = bool(batch.running or admitted)
-            # One prompt fills in chunks at a time (filling.py): the next waits its turn.
-            filling = batch.filling is not None or any(batch.chunked(r, busy) for r in admitted)
+            busy = bool(batch.running or batch.fillings or admitted)
             request = self._queue.pop_fitting(
-                reserved,
-                self._limits.kv_cache_max_tokens,
-                must_fit=busy,
-                refuse=functools.partial(batch.chunked, busy=busy) if filling else None,
+                reserved, self._limits.kv_cache_max_tokens, must_fit=busy
             )
             if request is None:
                 break
@@ -223,7 +223,7 @@ class InflightBatcher:
                 self._cancels.cancel([request])
                 continue
             admitted.append(request)
-        batch.prefill(admitted)
+        batch.prefill(admitted, burst=burst)
         return len(admitted)
 
     def _report(self) -> None:

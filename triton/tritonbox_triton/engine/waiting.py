@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 
 from .admission import BurstWindow, first_pass
 from .request import EngineRequest
@@ -80,19 +79,14 @@ class WaitingQueue:
         with self.lock:
             return first_pass(len(self.requests), self._split_from)
 
-    def pop_fitting(self, reserved: int, most: int, *, must_fit: bool,
-                    refuse: Callable[[EngineRequest], bool] | None = None,
-                    ) -> EngineRequest | None:  # fmt: skip
-        """The first in line, taken out, unless none waits, (`must_fit`) its reservation does
-        not fit beside `reserved` tokens within `most`, or `refuse` says no to it now: it then
-        stays first in line."""
+    def pop_fitting(self, reserved: int, most: int, *, must_fit: bool) -> EngineRequest | None:
+        """The first in line, taken out, unless none waits or (`must_fit`) its reservation does
+        not fit beside `reserved` tokens within `most`: it then stays first in line."""
         with self.lock:
             if not self.requests:
                 return None
             first = self.requests[0]
             if must_fit and reserved + first.reserved_tokens > most:
-                return None
-            if refuse is not None and refuse(first):
                 return None
             return self.requests.popleft()
 
