@@ -168,7 +168,10 @@ class TritonGateway:
     async def stop_request(self, request_id: str, *, timeout_s: float) -> bool:
         """Stop the engine's work on `request_id`; False when it could not be sent in time."""
         try:
-            await asyncio.wait_for(self.client.stop(request_id), timeout_s)
+            # In the calling task (wait_for would start another): the stop leaves at its first
+            # step, so stops started before a request's stream are sent before it.
+            async with asyncio.timeout(timeout_s):
+                await self.client.stop(request_id)
         except Exception as error:  # Triton gone or slow: nothing more can be done from here
             log.warning("could not stop engine request %s: %r", request_id, error)
             return False

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
+from tritonbox_api.db import workers
 from tritonbox_api.db.batch_store import of_open_batches
 from tritonbox_api.db.batches import Batch, BatchLine, BatchStatus, LineOutcome, LineState
 from tritonbox_api.db.crud import as_utc
@@ -114,6 +115,14 @@ def recover(session: Session, *, live_workers: Collection[str]) -> int:
     if live_workers:
         orphan.append(col(BatchLine.claimed_by).not_in(live_workers))
     return _back_to_pending(session, orphan)
+
+
+def recover_gone(session: Session, worker: str) -> int:
+    """`recover`, `worker` (this one) and the workers whose heartbeat is fresh being live; a
+    worker of this host whose process is gone is not (it restarted: its lines come back now)."""
+    live = workers.live_worker_ids(session=session, within=workers.STALE_AFTER)
+    live = [each for each in live if not workers.gone_from_this_host(each)]
+    return recover(session, live_workers=[*live, worker])
 
 
 def _back_to_pending(session: Session, where: list[Any]) -> int:

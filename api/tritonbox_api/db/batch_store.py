@@ -142,3 +142,15 @@ def expire_due(session: Session) -> None:
     if ids:
         _close_pending(session, ids, LineOutcome.EXPIRED)
         session.commit()
+
+
+def any_open(session: Session) -> bool:
+    """Whether a batch is not ended yet (its lines may run)."""
+    query = select(Batch.id).where(col(Batch.status).in_(LIVE)).limit(1)
+    return session.exec(query).first() is not None
+
+
+def key_names(session: Session, batch_ids: set[str]) -> dict[str, str | None]:
+    """The name of the key that created each batch (its lines run as it)."""
+    query = select(Batch.id, Batch.api_key_name).where(col(Batch.id).in_(batch_ids))
+    return dict(session.exec(query).all())

@@ -4,7 +4,9 @@ A slot is one engine request, so a prediction of `n` choices takes `n` (it is `n
 the engine's batch and queue). Batch lines take none of these: their slots are the batch
 runner's (BATCH_CONCURRENT_REQUESTS, service/batch_runner.py), so a running batch never makes a
 live request get 429. The runner also reads here whether live requests run or ran lately, and
-is told the moment one is admitted (`on_live`), to make room for it in the engine's batch.
+is told the moment one is admitted (`on_live`), to make room for it in the engine's batch: it
+names the lines that stop, and `admit` hands back their running predictions, whose engine
+requests are then stopped before the live request is sent (service/predictions.py).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ class Admission:
         self.running: dict[str, RunningPrediction] = {}
         self.live_slots = 0  # slots live requests hold now
         self.live_ended_at = float("-inf")  # time.monotonic() when the last live one ended
-        self.on_live: Callable[[], None] | None = None  # called as a live request is admitted
-        self._batch_lines: set[str] = set()
+        # Called as a live request is admitted: the lines that stop to make room for it.
+        self.on_live: Callable[[], list[LineContext]] | None = None
+        self._batch_lines: dict[str, LineContext] = {}  # prediction id -> the line it runs
 
     def check(self, slots: int, line: LineContext | None) -> None:
         """429 when `slots` more would take the live engine requests past MAX_CONCURRENT_REQUESTS.
@@ -44,22 +47,23 @@ class Admission:
                 headers={"Retry-After": "1"},
             )
 
-    def admit(self, running: RunningPrediction, line: LineContext | None) -> None:
-        """Take `running`'s slots (none for a batch line); the producer gives them back."""
+    def admit(
+        self, running: RunningPrediction, line: LineContext | None
+    ) -> list[RunningPrediction]:
+        """Take `running`'s slots (none for a batch line); the producer gives them back. For a
+        live request: the running predictions of the lines that stop to make room for it."""
         self.running[running.id] = running
-        if line is None:
-            self.live_slots += 1 + len(running.extra)
-            if self.on_live is not None:
-                self.on_live()
-        else:
-            self._batch_lines.add(running.id)
+        if line is not None:
+            self._batch_lines[running.id] = line
+            return []
+        self.live_slots += 1 + len(running.extra)
+        stopping = {id(each) for each in self.on_live()} if self.on_live is not None else set()
+        return [self.running[p] for p, each in self._batch_lines.items() if id(each) in stopping]
 
     def release(self, running: RunningPrediction) -> None:
         """Give back what `admit` took; a second call gives nothing back."""
         if self.running.pop(running.id, None) is None:
             return
-        if running.id in self._batch_lines:
-            self._batch_lines.discard(running.id)
-        else:
+        if self._batch_lines.pop(running.id, None) is None:
             self.live_slots -= 1 + len(running.extra)
             self.live_ended_at = time.monotonic()

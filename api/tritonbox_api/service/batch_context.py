@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from tritonbox_api.keys import ApiKey
+from tritonbox_api.keys import ApiKey, Role
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,13 @@ class LineContext:
 
 
 _CURRENT: ContextVar[LineContext | None] = ContextVar("tritonbox_batch_line", default=None)
+
+
+def of_line(batch_id: str, custom_id: str | None, key_name: str | None) -> LineContext:
+    """A line's context; it runs as the key named `key_name` (its roles were checked when the
+    batch was created: `use` is all a line needs)."""
+    key = ApiKey(key_name, frozenset({Role.USE}), b"") if key_name else None
+    return LineContext(batch_id=batch_id, custom_id=custom_id, key=key)
 
 
 def current() -> LineContext | None:

@@ -20,16 +20,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from sqlmodel import Session, col, select
 from starlette.types import ASGIApp
 
 from tritonbox_api import metrics
-from tritonbox_api.db import batch_claims, batch_finalize, batch_store, workers
-from tritonbox_api.db.batches import Batch, BatchLine, LineOutcome
+from tritonbox_api.db import batch_claims, batch_finalize, batch_store
+from tritonbox_api.db.batches import BatchLine, LineOutcome
 from tritonbox_api.db.session import Database
-from tritonbox_api.keys import ApiKey, Role
 from tritonbox_api.protocol.batch_lines import CANCELLED, EXPIRED, answered, error_body
-from tritonbox_api.service import batch_room
+from tritonbox_api.service import batch_context, batch_room
 from tritonbox_api.service.batch_context import LineContext
 from tritonbox_api.service.batch_dispatch import Answer, dispatch, line_slots
 from tritonbox_api.service.predictions import PredictionService
@@ -47,6 +45,7 @@ STOP_WAIT_S = 10.0
 class _Run:
     line: BatchLine
     slots: int
+    context: LineContext  # the line's, for the task that runs it (batch_context.py)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     why: LineOutcome | None = None  # set when the batch stops it (cancelled, expired)
     yielded: bool = False  # stopped to make room for live requests: it runs again
@@ -118,10 +117,10 @@ class BatchRunner:
         database = self._database
         if time.monotonic() - self._recovered_at >= RECOVER_EVERY_S:
             self._recovered_at = time.monotonic()
-            recovered = await database.run(self._recover)
+            recovered = await database.run(lambda s: batch_claims.recover_gone(s, self._worker))
             if recovered:
                 log.warning("batch lines of stopped api workers back to pending: %d", recovered)
-        if not self._runs and not await database.read(_any_open):
+        if not self._runs and not await database.read(batch_store.any_open):
             metrics.BATCH_LINES_WAITING.set(0)
             return False
         await database.run(batch_store.begin_batches)
@@ -139,49 +138,66 @@ class BatchRunner:
         metrics.BATCH_LINES_WAITING.set(await database.read(batch_store.waiting))
         return True
 
-    def _recover(self, session: Session) -> int:
-        live = workers.live_worker_ids(session=session, within=workers.STALE_AFTER)
-        live = [each for each in live if not workers.gone_from_this_host(each)]
-        return batch_claims.recover(session, live_workers=[*live, self._worker])
-
     def _limit(self) -> int:
         live, ended = self._predictions.live_slots, self._predictions.live_ended_at
         return batch_room.limit(self._capacity, self._beside_live, live, ended, time.monotonic())
 
-    def _make_room(self) -> None:
+    def _make_room(self) -> list[LineContext]:
         """A live request was admitted: it finds room in the engine's batch at once instead of
-        waiting for lines to end. The stopped lines go back to pending (_record)."""
+        waiting for lines to end. The lines answered stop (PredictionService stops their engine
+        requests before the live one is sent) and go back to pending (_record)."""
         going = [run for run in self._runs.values() if not run.stop.is_set()]
-        for run in batch_room.to_stop(going, self._limit()):
+        stopping = batch_room.to_stop(going, self._limit())
+        for run in stopping:
             run.yielded = True
             run.stop.set()
+        return [run.context for run in stopping]
 
     async def _claim(self) -> None:
         if self._stopping or time.monotonic() < self._paused_until:
             return
-        free = self._limit() - sum(run.slots for run in self._runs.values())
+        limit = self._limit()
+        free = limit - sum(run.slots for run in self._runs.values())
         if free <= 0:
             return
         postgres = not self._database.is_sqlite
         lines = await self._database.run(
             lambda s: batch_claims.claim(s, worker=self._worker, limit=free, postgres=postgres)
         )
+        lines = await self._within_limit(lines, limit)
         if not lines:
             return
-        keys = await self._database.read(lambda s: _key_names(s, {x.batch_id for x in lines}))
+        batches = {line.batch_id for line in lines}
+        keys = await self._database.read(lambda s: batch_store.key_names(s, batches))
         for line in lines:
-            run = _Run(line=line, slots=line_slots(line.body or "{}"))
+            context = batch_context.of_line(line.batch_id, line.custom_id, keys.get(line.batch_id))
+            run = _Run(line=line, slots=line_slots(line.body or "{}"), context=context)
             self._runs[line.id or 0] = run
-            run.task = asyncio.create_task(self._run(run, keys.get(line.batch_id)))
+            run.task = asyncio.create_task(self._run(run))
 
-    async def _run(self, run: _Run, key_name: str | None) -> None:
+    async def _within_limit(self, lines: list[BatchLine], limit: int) -> list[BatchLine]:
+        """The claimed `lines`, less those over the limit if a live request lowered it while the
+        claim was written (they would reach the engine just after it, and queue there ahead of
+        it): those go back to pending at once."""
+        if self._limit() >= limit:
+            return lines
+        free = self._limit() - sum(run.slots for run in self._runs.values())
+        kept = batch_room.fitting([line_slots(line.body or "{}") for line in lines], free)
+        if lines[kept:]:
+            await self._give_back(lines[kept:])
+        return lines[:kept]
+
+    async def _give_back(self, lines: list[BatchLine]) -> None:
+        """These lines of this worker back to pending: they run again."""
+        ids, me = [line.id or 0 for line in lines], self._worker
+        await self._database.run(lambda s: batch_claims.release(s, worker=me, line_ids=ids))
+
+    async def _run(self, run: _Run) -> None:
         line = run.line
-        key = ApiKey(key_name, frozenset({Role.USE}), b"") if key_name else None
-        context = LineContext(batch_id=line.batch_id, custom_id=line.custom_id, key=key)
         try:
             try:
                 answer = await dispatch(
-                    self._app, context, line.url or "", line.body or "", run.stop
+                    self._app, run.context, line.url or "", line.body or "", run.stop
                 )
             except Exception:
                 log.exception("batch %s line %d: the api failed it", line.batch_id, line.line)
@@ -205,17 +221,11 @@ class BatchRunner:
             outcome = run.why
             code = EXPIRED if run.why is LineOutcome.EXPIRED else CANCELLED
         elif run.yielded:  # made room for live traffic: it runs again once there is room
-            await self._database.run(
-                lambda s: batch_claims.release(s, worker=self._worker, line_ids=[line.id or 0])
-            )
-            return
+            return await self._give_back([line])
         elif self._stopping or answer.status in (429, 503):
             # Not this line's answer: the engine (or this worker) could not take it now.
             self._paused_until = time.monotonic() + RETRY_AFTER_S
-            await self._database.run(
-                lambda s: batch_claims.release(s, worker=self._worker, line_ids=[line.id or 0])
-            )
-            return
+            return await self._give_back([line])
         else:
             outcome = LineOutcome.FAILED
         result = answered(line.custom_id, answer.status, answer.prediction_id, answer.body, code)
@@ -238,13 +248,3 @@ class BatchRunner:
             log.info("batch %s: %s", batch_id, done[0].status.value)
             for outcome, count in done[1].items():
                 metrics.BATCH_LINES.labels(outcome.value).inc(count)
-
-
-def _any_open(session: Session) -> bool:
-    query = select(Batch.id).where(col(Batch.status).in_(batch_store.LIVE)).limit(1)
-    return session.exec(query).first() is not None
-
-
-def _key_names(session: Session, batch_ids: set[str]) -> dict[str, str | None]:
-    query = select(Batch.id, Batch.api_key_name).where(col(Batch.id).in_(batch_ids))
-    return dict(session.exec(query).all())

@@ -25,8 +25,9 @@ from tritonbox_api.db.session import Database
 from tritonbox_api.db.workers import request_cancel
 from tritonbox_api.service import batch_context, recording
 from tritonbox_api.service.admission import Admission
+from tritonbox_api.service.batch_context import LineContext
 from tritonbox_api.service.prepare import PreparedGeneration
-from tritonbox_api.service.producer import produce
+from tritonbox_api.service.producer import ENGINE_STOP_TIMEOUT_S, produce
 from tritonbox_api.service.recording import Recorder
 from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.triton_gateway import TritonGateway
@@ -50,6 +51,7 @@ class PredictionService:
         self._database = database
         self._recorder = Recorder(database, log_predictions=log_predictions)
         self._admission = Admission(max_concurrent)
+        self._stopping: set[asyncio.Task[bool]] = set()  # lines' stops on their way
 
     @property
     def live_slots(self) -> int:
@@ -61,8 +63,10 @@ class PredictionService:
         """time.monotonic() when the last live request ended (-inf: none yet)."""
         return self._admission.live_ended_at
 
-    def on_live(self, callback: Callable[[], None]) -> None:
-        """Call `callback` as each live request is admitted, before it reaches the engine."""
+    def on_live(self, callback: Callable[[], list[LineContext]]) -> None:
+        """Call `callback` as each live request is admitted, before it reaches the engine; it
+        answers the batch lines that stop to make room for it (their engine requests are
+        stopped at once, ahead of the live request's)."""
         self._admission.on_live = callback
 
     @property
@@ -96,7 +100,9 @@ class PredictionService:
         )
         running = RunningPrediction(id=record.id, prepared=prepared, extra=extra or [])
         # The slots and the gauge are taken here and given back once, by the producer.
-        self._admission.admit(running, line)
+        self._stop_lines(self._admission.admit(running, line))
+        # A live request goes once the lines' stops on their way have reached the engine.
+        after = list(self._stopping) if line is None else []
         metrics.IN_FLIGHT.inc()
         running.producer = asyncio.create_task(
             produce(
@@ -106,9 +112,28 @@ class PredictionService:
                 gateway=self._gateway,
                 recorder=self._recorder,
                 release=self._admission.release,
+                after=after,
             )
         )
         return running
+
+    def _stop_lines(self, lines: list[RunningPrediction]) -> None:
+        """Stop these batch lines' engine requests now, all at once, for the live request being
+        admitted, which is sent once they are through (`produce`'s `after`): the engine has
+        dropped the lines still in its queue by then instead of serving them ahead of it. Each
+        line's prediction is cancelled too (it ends canceled, and runs again later:
+        service/batch_runner.py); its producer sends no second stop."""
+        ids = []
+        for line in lines:
+            if line.ended is None and not line.engine_stopped:
+                line.engine_stopped = True
+                ids += line.engine_request_ids
+                line.cancel("stopped for a live request")
+        for request_id in ids:
+            stop = self._gateway.stop_request(request_id, timeout_s=ENGINE_STOP_TIMEOUT_S)
+            task = asyncio.create_task(stop)
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
     async def cancel(self, prediction_id: str, reason: str = "cancel requested") -> bool:
         """Ask a running prediction to stop and wait until it has ended; False if not running."""

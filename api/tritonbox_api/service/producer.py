@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 from tritonbox_api import metrics
@@ -40,8 +40,12 @@ async def produce(
     gateway: TritonGateway,
     recorder: Recorder,
     release: Callable[[RunningPrediction], None],
+    after: Collection[asyncio.Task[bool]] = (),
 ) -> None:
-    """Generate `running`, then clean up; `release` gives back its slots, once, at the end."""
+    """Generate `running`, then clean up; `release` gives back its slots, once, at the end.
+    `after`: engine stops (of batch lines stopped for it) to see through before its request
+    is sent, so that it never waits in the engine's queue behind lines not yet dropped there
+    (and never reaches Triton among them); their own deadline bounds the wait."""
     started = time.perf_counter()
     progress = Progress()
     outcome = Outcome(status=Status.FAILED, error="internal error: the api failed")
@@ -50,7 +54,7 @@ async def produce(
         inserted = recorder.insert(record)
         progress.others = [Progress() for _ in running.extra]
         generation = asyncio.create_task(
-            generate_all(gateway, running, tokenizer, progress, started)
+            _after(after, lambda: generate_all(gateway, running, tokenizer, progress, started))
         )
         running.attach(generation)
         # Only the child is ever cancelled; should this task be (loop teardown), the child
@@ -59,7 +63,7 @@ async def produce(
         outcome = await _to_the_end(_outcome(gateway, running, generation, progress))
         every = [progress, *progress.others]
         for prepared, each in zip([running.prepared, *running.extra], every, strict=True):
-            if each.engine_opened and not each.engine_finished:
+            if each.engine_opened and not each.engine_finished and not running.engine_stopped:
                 request_id = prepared.request.request_id
                 await _to_the_end(gateway.stop_request(request_id, timeout_s=ENGINE_STOP_TIMEOUT_S))
         total = time.perf_counter() - started
@@ -74,6 +78,12 @@ async def produce(
         metrics.IN_FLIGHT.dec()
         metrics.observe(final)
         running.end(Ended(final, outcome.retryable))
+
+
+async def _after(stops: Collection[asyncio.Task[bool]], work: Callable[[], Awaitable[T]]) -> T:
+    if stops:
+        await asyncio.wait(stops)
+    return await work()
 
 
 async def _to_the_end(awaitable: Awaitable[T], on_cancel: Callable[[], object] | None = None) -> T:

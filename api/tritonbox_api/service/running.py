@@ -56,6 +56,9 @@ class RunningPrediction:
     generation: asyncio.Task[None] | None = None
     producer: asyncio.Task[None] | None = None
     cancel_reason: str | None = None
+    # Its engine requests' `stop` already went out (a batch line stopped for a live request,
+    # PredictionService): the producer's clean-up sends none again.
+    engine_stopped: bool = False
     ended: Ended | None = None
     # With `prepared.logprobs`: each choice's entries (indexed as the choices), one per token
     # (with `echo` the prompt's first), each appended before its text is.
@@ -63,6 +66,11 @@ class RunningPrediction:
 
     def __post_init__(self) -> None:
         self.logprobs = [[] for _ in range(1 + len(self.extra))]
+
+    @property
+    def engine_request_ids(self) -> list[str]:
+        """Its engine requests' ids: one per choice."""
+        return [each.request.request_id for each in (self.prepared, *self.extra)]
 
     def cancel(self, reason: str) -> None:
         """Ask the prediction to stop; idempotent, from any task, before or after it started."""
