@@ -10,6 +10,7 @@ from tritonbox_api.deps import Guarded, ServicesDep
 from tritonbox_api.protocol.batches import MAX_WINDOW_TEXT
 from tritonbox_api.protocol.errors import unavailable
 from tritonbox_api.routes.responses import GUARDED, errors
+from tritonbox_api.service.batch_room import LIVE_QUIET_S
 from tritonbox_api.triton_gateway import TritonUnavailableError
 from tritonbox_common import parameters as p
 
@@ -35,6 +36,15 @@ class Limits(BaseModel):
         description="Engine requests batch lines run at once, live requests included in the "
         "count (BATCH_CONCURRENT_REQUESTS; with API_WORKERS > 1, the workers' total)."
     )
+    batch_requests_beside_live: int = Field(
+        description="Engine requests batch lines keep while live requests run; the newest "
+        "lines over it stop as a live request comes (BATCH_REQUESTS_BESIDE_LIVE; with "
+        "API_WORKERS > 1, the workers' total)."
+    )
+    batch_live_quiet_s: float = Field(
+        description="Seconds after the last live request ends during which batch lines still "
+        "keep at most batch_requests_beside_live (a client's next request comes within it)."
+    )
     max_completion_window: str = Field(description="Longest batch completion_window.")
 
 
@@ -56,5 +66,7 @@ async def limits(services: ServicesDep) -> Limits:
         max_batch_file_bytes=services.settings.max_batch_file_bytes,
         max_batch_lines=services.settings.max_batch_lines,
         batch_concurrent_requests=services.settings.batch_concurrent_requests,
+        batch_requests_beside_live=services.settings.batch_requests_beside_live,
+        batch_live_quiet_s=LIVE_QUIET_S,
         max_completion_window=MAX_WINDOW_TEXT,
     )

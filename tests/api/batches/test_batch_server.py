@@ -27,6 +27,8 @@ from tritonbox_testing.batch_server import (
 )
 from tritonbox_testing.postgres import RunningPostgres
 
+from tritonbox_api.service.batch_room import LIVE_QUIET_S
+
 
 def test_the_openai_sdk_runs_a_batch(
     start_api: Callable[..., RunningApi], database_url: str
@@ -86,7 +88,18 @@ def test_the_openai_sdk_runs_a_batch(
 
 
 def test_the_batch_limits_answer_413_naming_them(start_api: Callable[..., RunningApi]) -> None:
-    api = start_api(max_batch_file_bytes="2000", max_batch_lines="3")
+    api = start_api(
+        max_batch_file_bytes="2000",
+        max_batch_lines="3",
+        batch_concurrent_requests="6",
+        batch_requests_beside_live="2",
+    )
+    # /v1/limits names every batch limit, as set.
+    limits = httpx.get(f"{api.url}/v1/limits").json()
+    assert (limits["max_batch_file_bytes"], limits["max_batch_lines"]) == (2000, 3)
+    assert (limits["batch_concurrent_requests"], limits["batch_requests_beside_live"]) == (6, 2)
+    assert limits["batch_live_quiet_s"] == LIVE_QUIET_S
+    assert limits["max_completion_window"] == "168h"
     client = sdk(api)
     with pytest.raises(openai.APIStatusError) as big:
         client.files.create(file=("big.jsonl", io.BytesIO(b"x" * 2001)), purpose="batch")
