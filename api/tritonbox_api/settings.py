@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Self
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings
 
 from tritonbox_api import keys as keyring
+from tritonbox_common.prompt_log_probs import EchoLimitSettings
 from tritonbox_common.shared_settings import (
     API_PORT,
     CACHE_DIR,
@@ -35,7 +35,7 @@ from tritonbox_common.shared_settings import (
 )
 
 
-class ApiSettings(BaseSettings):
+class ApiSettings(EchoLimitSettings):
     """api: the FastAPI proxy, its database and its limits."""
 
     model_config = SERVICE_SETTINGS_CONFIG

@@ -16,7 +16,7 @@ import functools
 import hashlib
 import json
 import re
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,6 +26,21 @@ GUIDE_INPUT = "guided_decoding_guide"
 GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")
 GuideType = Literal["json", "json_schema", "regex", "ebnf_grammar"]
 MAX_GUIDE_CHARS = 100_000
+# The cpu engine's wait for a guide's compilation (triton/tritonbox_triton/engine/guide_pool.py).
+# On the 2-core test machine a 600-property schema compiles in 0.04 s, but each distinct bounded
+# repetition of a broad class costs about 1.5 s (`.{1,1000}`; a string's maxLength of 200 up):
+# five strings with maxLengths 200-204 took 8.4 s, sixteen of about 1,000 26 s.
+GUIDE_COMPILE_TIMEOUT_S = 10.0
+GuideCompileTimeout = Annotated[
+    float,
+    Field(
+        gt=0,
+        description="Longest a request waits for the cpu engine to compile its structured-output "
+        "guide (seconds); past it, a 400 naming the guide's field and this limit. The "
+        "compilation goes on at the lowest CPU priority and its guide is cached (docs/api.md, "
+        "'Structured output'). TensorRT-LLM compiles guides itself, without a limit.",
+    ),
+]
 # JSON levels of a schema (objects and lists, about two a schema): deeper ones are refused
 # before jsonschema walks them (its recursion) or xgrammar compiles them.
 MAX_SCHEMA_NESTING = 64

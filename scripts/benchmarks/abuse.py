@@ -71,7 +71,9 @@ def page(result: scenario.Result, args: argparse.Namespace, setup: dict[str, str
         f"- **Machine**: {os.cpu_count()} cores, shared with other work: load average "
         f"{setup['load']}.",
         "- **Servers**: tritonserver with `ENGINE=cpu` and the default model at its default "
-        "settings; the api with its own SQLite file, `MAX_CONCURRENT_REQUESTS="
+        "settings but `GUIDE_COMPILE_TIMEOUT_S="
+        f"{stack.GUIDE_COMPILE_TIMEOUT_S:g}`; the api with its own SQLite file, "
+        f"`ECHO_MAX_PROMPT_TOKENS={stack.ECHO_MAX_PROMPT_TOKENS}`, `MAX_CONCURRENT_REQUESTS="
         f"{stack.MAX_CONCURRENT_REQUESTS}`, named keys (`tests/support/tritonbox_testing/abuse/"
         f"stack.py`: a key of {stack.SCRIPT_RPM} requests a minute, one of {stack.GREEDY_TPM} "
         "tokens a minute, use keys without limits, a manage key), `ADAPTER_DIRS` a folder of "
@@ -129,7 +131,9 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     with contextlib.ExitStack() as stack_, tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        triton = start_cpu_engine(stack_, folder / "triton", batch_size=16)
+        triton = start_cpu_engine(
+            stack_, folder / "triton", batch_size=16, **stack.triton_settings()
+        )
         max_bytes = int(ApiSettings.model_fields["adapter_max_bytes"].default)
         hostile = adapters.make(folder / "adapters", max_bytes)
         env = {k.upper(): v for k, v in stack.api_settings(hostile.root).items()}

@@ -55,9 +55,11 @@ def start_triton(
     )  # fmt: skip
 
 
-def start_cpu_engine(stack: contextlib.ExitStack, folder: Path, batch_size: int) -> TritonSettings:
-    """The cpu engine with the default model."""
-    return _serve(stack, folder, engine="cpu", max_batch_size=batch_size)
+def start_cpu_engine(
+    stack: contextlib.ExitStack, folder: Path, batch_size: int, **values: Any
+) -> TritonSettings:
+    """The cpu engine with the default model (and these TritonSettings `values`)."""
+    return _serve(stack, folder, engine="cpu", max_batch_size=batch_size, **values)
 
 
 def start_api(

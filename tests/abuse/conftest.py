@@ -1,10 +1,10 @@
-"""The api under attack: in front of the session's tritonserver (cpu engine, default model),
-with the abuse suite's named keys and limits (tritonbox_testing.abuse.stack), a real SQLite
-file, and the hostile adapter folders beside it."""
+"""The api under attack: in front of a tritonserver of its own (cpu engine, default model, the
+suite's guide time limit), with the abuse suite's named keys and limits
+(tritonbox_testing.abuse.stack), a real SQLite file, and the hostile adapter folders beside it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,13 +26,17 @@ class UnderAttack:
 
 
 @pytest.fixture(scope="module")
-def under_attack(
-    triton_server: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[UnderAttack]:
+def engine(triton_launcher: Callable[..., Any]) -> Iterator[Any]:
+    with triton_launcher(**stack.triton_settings()) as triton:
+        yield triton
+
+
+@pytest.fixture(scope="module")
+def under_attack(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UnderAttack]:
     folder = tmp_path_factory.mktemp("abuse")
     max_bytes = int(ApiSettings.model_fields["adapter_max_bytes"].default)
     hostile = adapters.make(folder / "adapters", max_bytes)
-    running = launch_api(triton_server, folder / "api", **stack.api_settings(hostile.root))
+    running = launch_api(engine, folder / "api", **stack.api_settings(hostile.root))
     try:
         running.wait_ready()
         assert running.process is not None
@@ -44,7 +48,7 @@ def under_attack(
             max_input_len=limits.json()["max_input_tokens"],
             adapters=hostile,
         )
-        engine = group_of(f"--grpc-port={triton_server.settings.triton_grpc_port}")
-        yield UnderAttack(target, running, {"api": running.process.pid, "engine": engine})
+        group = group_of(f"--grpc-port={engine.settings.triton_grpc_port}")
+        yield UnderAttack(target, running, {"api": running.process.pid, "engine": group})
     finally:
         running.stop()

@@ -99,6 +99,7 @@ def _engine_values(settings: TritonSettings) -> dict[str, str]:
             "max_lora_rank": str(settings.max_lora_rank),
             "lora_target_modules": " ".join(LLAMA_MODULES),  # every Llama projection
             "lora_cache_host_memory_bytes": str(settings.lora_cache_host_memory_bytes),
+            "guide_compile_timeout_s": str(settings.guide_compile_timeout_s),  # guide_pool.py
         }
     if settings.engine_dir is None:
         raise RenderError("ENGINE_REPOSITORY: required for ENGINE=trtllm")

@@ -13,6 +13,7 @@ from typing import Any, Literal, Self
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
+from tritonbox_common.guided import GUIDE_COMPILE_TIMEOUT_S, GuideCompileTimeout
 from tritonbox_common.shared_settings import (
     CACHE_DIR,
     RESOLVED,
@@ -196,6 +197,7 @@ class TritonSettings(BaseSettings):
         "(cpu: the engine's LRU cache; trtllm: NVIDIA's lora_cache_host_memory_bytes). An "
         "evicted adapter's weights are sent again by the api on its next use.",
     )
+    guide_compile_timeout_s: GuideCompileTimeout = GUIDE_COMPILE_TIMEOUT_S
     synthetic_token_interval_s: float = Field(
         default=0.0,
         ge=0,

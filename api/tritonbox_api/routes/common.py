@@ -61,6 +61,7 @@ async def start(services: Services, request: Request, options: GenerationOptions
             predictions=services.predictions,
             adapters=services.adapters,
             max_beam_width=services.settings.max_beam_width,
+            echo_max_prompt_tokens=services.settings.echo_max_prompt_tokens,
             on_start=watcher.attach,
             key_name=key_name(request),
             reserve=meter.reserve if meter is not None else None,

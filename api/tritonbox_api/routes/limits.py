@@ -46,6 +46,9 @@ class Limits(BaseModel):
         "keep at most batch_requests_beside_live (a client's next request comes within it)."
     )
     max_completion_window: str = Field(description="Longest batch completion_window.")
+    echo_max_prompt_tokens: int = Field(
+        description="Longest prompt `echo` with `logprobs` scores (ECHO_MAX_PROMPT_TOKENS)."
+    )
 
 
 @router.get("/limits", response_model=Limits, responses=errors(503))
@@ -69,4 +72,5 @@ async def limits(services: ServicesDep) -> Limits:
         batch_requests_beside_live=services.settings.batch_requests_beside_live,
         batch_live_quiet_s=LIVE_QUIET_S,
         max_completion_window=MAX_WINDOW_TEXT,
+        echo_max_prompt_tokens=services.settings.echo_max_prompt_tokens,
     )

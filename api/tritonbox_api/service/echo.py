@@ -5,6 +5,8 @@ The cpu engine answers TritonBox's compact `return_prompt_log_probs` and takes
 `request_output_len` 0; TensorRT-LLM 0.20 answers `return_context_logits` (an engine built with
 `gather_context_logits`), scored by the api (tritonbox_common/prompt_log_probs.py), and is sent 1
 for a prompt-only request, its token dropped (vLLM's way: that 0.20 accepts 0 is not verified).
+Either way a prompt longer than ECHO_MAX_PROMPT_TOKENS is not scored (`check_length`): the
+context logits TensorRT-LLM sends are prompt x vocabulary floats.
 """
 
 from __future__ import annotations
@@ -20,6 +22,17 @@ def check(info: EngineInfo, *, echo: bool, logprobs: int | None) -> None:
             400,
             "echo: the prompt's log-probs need the engine's context logits, and this "
             "TensorRT-LLM engine was built without --gather_context_logits (docs/gpu.md)",
+            param="echo",
+        )
+
+
+def check_length(limit: int, prompt_tokens: int, *, echo: bool, logprobs: int | None) -> None:
+    """400 naming `echo` when the prompt is longer than ECHO_MAX_PROMPT_TOKENS (`limit`)."""
+    if echo and logprobs is not None and prompt_tokens > limit:
+        raise ApiError(
+            400,
+            f"echo: with logprobs the prompt may be at most {limit} tokens "
+            f"(ECHO_MAX_PROMPT_TOKENS), got {prompt_tokens}",
             param="echo",
         )
 

@@ -21,6 +21,7 @@ from tritonbox_api.service.prompts import PromptInput, chat_prompt, prompt_ids
 from tritonbox_common import parameters as p
 from tritonbox_common.client import GenerationRequest
 from tritonbox_common.ensemble import ENGINE_MODEL
+from tritonbox_common.prompt_log_probs import ECHO_MAX_PROMPT_TOKENS
 from tritonbox_common.word_lists import encode_word_list, pack_word_ids
 
 
@@ -65,6 +66,7 @@ async def prepare(
     *,
     max_beam_width: int,
     prompt_input: PromptInput | None = None,
+    echo_max_prompt_tokens: int = ECHO_MAX_PROMPT_TOKENS,
 ) -> PreparedGeneration:
     """The engine request for `options`. `prompt_input`: the prompt when it is one of several
     or came as token ids (those go to the engine as sent, prompts.py), instead of
@@ -130,6 +132,7 @@ async def prepare(
         raise invalid(field, "is empty (only whitespace)")
     else:
         ids = await prompt_ids(context, prompt, field)
+    echo_rules.check_length(echo_max_prompt_tokens, len(ids), echo=echo, logprobs=logprobs)
     stop_words = list(params.stop_words_list or [])
     bad_words = list(params.bad_words_list or [])
     _check_words(context.tokenizer, "stop_words_list", stop_words)

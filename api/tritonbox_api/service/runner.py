@@ -19,6 +19,8 @@ from tritonbox_api.service.prepare import prepare
 from tritonbox_api.service.prompts import PromptInput
 from tritonbox_api.service.running import Ended, Event, RunningPrediction
 from tritonbox_api.triton_gateway import TritonUnavailableError, queue_full
+from tritonbox_common.guided import GUIDE_INPUT
+from tritonbox_common.prompt_log_probs import ECHO_MAX_PROMPT_TOKENS
 
 
 @dataclass
@@ -74,6 +76,7 @@ async def begin(
     predictions: PredictionService,
     adapters: AdapterService,
     max_beam_width: int,
+    echo_max_prompt_tokens: int = ECHO_MAX_PROMPT_TOKENS,
     on_start: Callable[[RunningPrediction], None] = lambda running: None,
     key_name: str | None = None,
     reserve: Callable[[int], Callable[[int], None]] | None = None,
@@ -92,7 +95,11 @@ async def begin(
     prompts: list[PromptInput | None] = [*options.prompts] if options.prompts else [None]
     for prompt in prompts:
         prepared = await prepare(
-            options, context, max_beam_width=max_beam_width, prompt_input=prompt
+            options,
+            context,
+            max_beam_width=max_beam_width,
+            prompt_input=prompt,
+            echo_max_prompt_tokens=echo_max_prompt_tokens,
         )
         # One seed for the request (a random one drawn once): prompt i's choice j is seeded
         # seed + j, what that prompt alone would answer.
@@ -127,11 +134,18 @@ async def begin(
         running.cancel("its request failed before the first event")
         raise
     if isinstance(first, Ended) and first.retryable:
-        if queue_full(first.prediction.error or ""):
+        failure = first.prediction.error or ""
+        if queue_full(failure):
+            # The cpu engine's queue of requests waiting for their guide to compile is the
+            # other one (engine/guide_pool.py).
+            full = (
+                "the engine's queue of requests waiting for their guide to compile is full"
+                if GUIDE_INPUT in failure
+                else "the engine's queue is full (MAX_QUEUE_SIZE)"
+            )
             refusal = ApiError(
                 429,
-                f"the engine's queue is full (MAX_QUEUE_SIZE); prediction {running.id} was "
-                "saved as failed, retry shortly",
+                f"{full}; prediction {running.id} was saved as failed, retry shortly",
                 type="rate_limit_error",
                 headers={"Retry-After": "1", "X-Prediction-Id": running.id},
             )

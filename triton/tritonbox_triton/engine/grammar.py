@@ -2,9 +2,10 @@
 
 A request names a guide with the `tensorrt_llm` inputs `guided_decoding_guide_type` and
 `guided_decoding_guide` (TensorRT-LLM 0.20's names and type strings, read by its backend in
-`getGuidedDecodingParamsFromTensors`). The guide is compiled once, on Triton's thread when the
-request arrives (`GuideCompiler.from_tensors`), and kept in a small LRU, so a batch never waits
-for a compilation and a repeated schema costs nothing. Each sequence then gets its own matcher
+`getGuidedDecodingParamsFromTensors`). The guide is compiled once, before the request reaches
+the engine, by a few workers of its own with a time limit (guide_pool.py), and kept in a small
+LRU keyed by its text, so a batch never waits for a compilation and a repeated schema costs
+nothing. Each sequence then gets its own matcher
 (`GuideState`): before sampling it masks every token the grammar forbids; after, it accepts the
 chosen one. TensorRT-LLM's executor drives xgrammar the same way.
 
@@ -30,7 +31,8 @@ import xgrammar as xgr
 from tritonbox_common.errors import RequestError
 from tritonbox_common.guided import GUIDE_INPUT, GUIDE_TYPE_INPUT, GUIDE_TYPES
 
-__all__ = ["GUIDE_INPUT", "GUIDE_TYPE_INPUT", "Guide", "GuideCompiler", "GuideState"]
+__all__ = ["GUIDE_INPUT", "GUIDE_TYPE_INPUT", "Guide", "GuideCompiler", "GuideKey", "GuideState"]
+GuideKey = tuple[str, str]  # (guide type, guide text): what a compiled guide is cached by
 # Compiled grammars kept: a schema compiles in about a millisecond but its token masks are
 # precomputed per grammar, which is what the cache saves for a repeated schema.
 CACHE_SIZE = 64
@@ -101,6 +103,22 @@ def _text(tensors: Mapping[str, np.ndarray[Any, Any]], name: str) -> str | None:
         raise RequestError(f"{name}: not valid UTF-8") from None
 
 
+def _checked(guide_type: str | None, guide: str | None) -> GuideKey | None:
+    """(type, guide) of a request's inputs, or None without a guide; RequestError names the
+    input at fault."""
+    if guide_type is None:
+        if guide is not None:
+            raise RequestError(f"{GUIDE_INPUT}: needs {GUIDE_TYPE_INPUT}")
+        return None
+    if guide_type not in GUIDE_TYPES:
+        raise RequestError(
+            f"{GUIDE_TYPE_INPUT}: must be one of {', '.join(GUIDE_TYPES)}, got {guide_type!r}"
+        )
+    if guide_type != "json" and not guide:
+        raise RequestError(f"{GUIDE_INPUT}: required for {GUIDE_TYPE_INPUT} {guide_type!r}")
+    return guide_type, guide or ""
+
+
 class GuideCompiler:
     """Compiles guides for one tokenizer, with an LRU of the last CACHE_SIZE."""
 
@@ -113,30 +131,32 @@ class GuideCompiler:
         self._lock = threading.Lock()
 
     def from_tensors(self, tensors: Mapping[str, np.ndarray[Any, Any]]) -> Guide | None:
-        """The request's guide; None without one. RequestError names the input at fault."""
-        guide_type = _text(tensors, GUIDE_TYPE_INPUT)
-        guide = _text(tensors, GUIDE_INPUT)
-        if guide_type is None:
-            if guide is not None:
-                raise RequestError(f"{GUIDE_INPUT}: needs {GUIDE_TYPE_INPUT}")
-            return None
-        return self.compile(guide_type, guide)
+        """The request's guide, compiled here; None without one. RequestError names the input
+        at fault."""
+        key = self.requested(tensors)
+        return None if key is None else self.compile(*key)
 
-    def compile(self, guide_type: str, guide: str | None) -> Guide:
-        if guide_type not in GUIDE_TYPES:
-            raise RequestError(
-                f"{GUIDE_TYPE_INPUT}: must be one of {', '.join(GUIDE_TYPES)}, got {guide_type!r}"
-            )
-        if guide_type != "json" and not guide:
-            raise RequestError(f"{GUIDE_INPUT}: required for {GUIDE_TYPE_INPUT} {guide_type!r}")
-        key = (guide_type, guide or "")
+    def requested(self, tensors: Mapping[str, np.ndarray[Any, Any]]) -> GuideKey | None:
+        """The request's (type, guide), checked but not compiled; None without one."""
+        return _checked(_text(tensors, GUIDE_TYPE_INPUT), _text(tensors, GUIDE_INPUT))
+
+    def lookup(self, key: GuideKey) -> Guide | None:
+        """The compiled guide for `key` if the LRU has it (now its most recent)."""
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
-                return cached
+            return cached
+
+    def compile(self, guide_type: str, guide: str | None) -> Guide:
+        key = _checked(guide_type, guide)
+        assert key is not None  # a type was given
+        cached = self.lookup(key)
+        if cached is not None:
+            return cached
+        guide = key[1]
         try:
-            compiled = self._compile(guide_type, guide or "")
+            compiled = self._compile(guide_type, guide)
         except Exception as error:  # xgrammar raises RuntimeError with the parser's reason
             raise RequestError(f"{GUIDE_INPUT}: invalid {guide_type}: {_message(error)}") from None
         entry = Guide(guide_type, compiled)

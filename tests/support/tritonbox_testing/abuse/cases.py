@@ -118,6 +118,7 @@ def _outside(a: HostileAdapters) -> list[str]:
 
 
 SOURCE_REFUSED = "is not an adapter this server may load"
+SLOW_STRINGS = 16
 SLOTS = "MAX_CONCURRENT_REQUESTS"
 CASES = [
     Case("n-over-limit", f"chat `n` = 10,000 (the limit: {MAX_CHOICES})",
@@ -143,8 +144,12 @@ CASES = [
          r.many_messages(MAX_MESSAGES + 1, "hi"), 400, ("messages", str(MAX_MESSAGES))),
     Case("long-chat", f"a chat of {MAX_MESSAGES} messages of 700 characters",
          r.many_messages(MAX_MESSAGES, "word " * 140), 400, ("messages", "MAX_INPUT_LEN")),
-    Case("echo-max", "`echo` + `logprobs` 5 of a prompt of MAX_INPUT_LEN tokens, nothing "
-         "generated (allowed: its cost is measured)", r.echo_prompt(8), 200, ()),
+    Case("echo-over", f"`echo` + `logprobs` 5 of a prompt of MAX_INPUT_LEN tokens (the limit: "
+         f"{stack.ECHO_MAX_PROMPT_TOKENS})", r.echo_prompt(lambda t: t.max_input_len - 8), 400,
+         ("echo", "ECHO_MAX_PROMPT_TOKENS", str(stack.ECHO_MAX_PROMPT_TOKENS))),
+    Case("echo-max", "`echo` + `logprobs` 5 of a prompt of ECHO_MAX_PROMPT_TOKENS tokens, nothing "
+         "generated (allowed: its cost is measured)",
+         r.echo_prompt(lambda t: stack.ECHO_MAX_PROMPT_TOKENS - 8), 200, ()),
     Case("stop-words", f"{MAX_WORDS + 1} stop words", r.chat(stop=["x"] * (MAX_WORDS + 1)), 400,
          ("stop", str(MAX_WORDS))),
     Case("guide-size", f"a `guided_regex` of {MAX_GUIDE_CHARS + 1:,} characters",
@@ -153,6 +158,11 @@ CASES = [
     Case("schema-depth", f"a JSON schema nested {MAX_SCHEMA_NESTING + 6} levels",
          r.chat(guided_json=r.nested_schema(MAX_SCHEMA_NESTING + 6)), 400,
          ("guided_json", f"{MAX_SCHEMA_NESTING} levels")),
+    Case("guide-slow", f"a `guided_json` schema of {SLOW_STRINGS} strings with maxLengths of "
+         "about 1,000 (26 s of xgrammar's time), a new one each time; GUIDE_COMPILE_TIMEOUT_S "
+         f"{stack.GUIDE_COMPILE_TIMEOUT_S:g} s", r.slow_schema(SLOW_STRINGS), 400,
+         ("guided_json", f"limit of {stack.GUIDE_COMPILE_TIMEOUT_S:g} s",
+          "GUIDE_COMPILE_TIMEOUT_S")),
     Case("deep-json", "a 200 KB body of lists nested 100,000 deep",
          r.raw("/v1/chat/completions", r.deep_json(100_000)), 400, ("body", "nested")),
     Case("body-size", "a 2 MiB body, with and without Content-Length",

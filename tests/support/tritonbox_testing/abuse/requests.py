@@ -5,6 +5,7 @@ returns the answers it got."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -199,13 +200,30 @@ def nested_schema(levels: int) -> dict[str, Any]:
     return schema
 
 
-def echo_prompt(short_of_limit: int) -> Send:
-    """Completions' `echo` with `logprobs` of a prompt `short_of_limit` tokens below the
-    engine's MAX_INPUT_LEN, generating nothing: the prompt's log-probs at every position."""
+def echo_prompt(tokens: Callable[[Target], int]) -> Send:
+    """Completions' `echo` with `logprobs` of a prompt of `tokens(target)` tokens, generating
+    nothing: the prompt's log-probs at every position."""
 
     def send(client: httpx.Client, target: Target) -> list[httpx.Response]:
-        prompt = " hello" * (target.max_input_len - short_of_limit)
+        prompt = " hello" * tokens(target)
         body = _complete(target, prompt=prompt, echo=True, logprobs=5, max_tokens=0)
         return [client.post("/v1/completions", json=body, headers=auth("intruder"))]
+
+    return send
+
+
+def slow_schema(strings: int) -> Send:
+    """A chat guided by a JSON schema of `strings` strings, each with its own maxLength of about
+    1,000: xgrammar compiles each such string in about 1.5 s of a core (16: 26 s on the 2-core
+    test machine), and a schema sent again is compiled once. Each send is a new schema, so each
+    is a compilation of its own: the engine's time limit and its bound on compilations at once
+    (engine/guide_pool.py) are what is met."""
+    sent = itertools.count()
+
+    def send(client: httpx.Client, target: Target) -> list[httpx.Response]:
+        first = 1000 + strings * next(sent)
+        properties = {f"s{i}": {"type": "string", "maxLength": first + i} for i in range(strings)}
+        schema = {"type": "object", "properties": properties, "required": [*properties]}
+        return chat(guided_json=schema)(client, target)
 
     return send

@@ -1,5 +1,5 @@
-"""The api the abuse suite attacks: its named keys (one per kind of caller) and the limits set
-low enough that a test reaches them in seconds."""
+"""The stack the abuse suite attacks: the api's named keys (one per kind of caller), and the
+api's and the engine's limits set low enough that a test reaches them in seconds."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ MAX_CONCURRENT_REQUESTS = 8
 # Small, so that the upload bomb costs the test little; the limit's check is the same.
 MAX_BATCH_FILE_BYTES = 65_536
 HUB_PATTERN = "tritonbox-tests/*"  # the one Hub pattern allowed; nothing matches it offline
+# Below the test server's MAX_INPUT_LEN (512), so that a longer echo is refused by this limit.
+ECHO_MAX_PROMPT_TOKENS = 384
+# The engine's wait for a guide to compile: short, so that the slow guide's requests (each
+# waits it out) leave their block in about a second. A guide past it is refused the same way.
+GUIDE_COMPILE_TIMEOUT_S = 1.0
 
 
 def secret(name: str) -> str:
@@ -35,4 +40,10 @@ def api_settings(adapter_root: Path) -> dict[str, str]:
         "max_batch_file_bytes": str(MAX_BATCH_FILE_BYTES),
         "adapter_dirs": str(adapter_root),
         "adapter_hub_repos": HUB_PATTERN,
+        "echo_max_prompt_tokens": str(ECHO_MAX_PROMPT_TOKENS),
     }
+
+
+def triton_settings() -> dict[str, float]:
+    """tritonserver's settings beside the defaults (TritonSettings field names)."""
+    return {"guide_compile_timeout_s": GUIDE_COMPILE_TIMEOUT_S}

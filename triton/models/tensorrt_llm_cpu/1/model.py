@@ -19,6 +19,7 @@ import torch
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
+from tritonbox_common.errors import RequestError
 from tritonbox_common.word_lists import decode_word_list
 from tritonbox_triton.cpu_model.metrics import TritonMetrics
 from tritonbox_triton.cpu_model.responses import (
@@ -28,17 +29,14 @@ from tritonbox_triton.cpu_model.responses import (
     output_tensors,
     send_outputs,
 )
+from tritonbox_triton.engine import prompt_logprobs
 from tritonbox_triton.engine.attention import load_model
 from tritonbox_triton.engine.dtype import describe, engine_dtype
-from tritonbox_triton.engine.grammar import GUIDE_INPUT, GUIDE_TYPE_INPUT, GuideCompiler
+from tritonbox_triton.engine.grammar import GUIDE_INPUT, GUIDE_TYPE_INPUT, Guide, GuideCompiler
+from tritonbox_triton.engine.guide_pool import GuidePool
 from tritonbox_triton.engine.lora_cache import LORA_INPUTS, LoraCache, LoraResolver
 from tritonbox_triton.engine.lora_layers import LoraRows, attach_lora
-from tritonbox_triton.engine.params import (
-    EngineLimits,
-    RequestError,
-    prompt_ids,
-    sampling_params,
-)
+from tritonbox_triton.engine.params import EngineLimits, prompt_ids, sampling_params
 from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
 from tritonbox_triton.engine.words import text_decoder
 from tritonbox_triton.parent_watch import watch_parent
@@ -53,9 +51,13 @@ OPTIONAL_INPUTS = (
 )  # fmt: skip
 
 
-def _word_list(tensors: dict[str, np.ndarray], name: str) -> list[list[int]]:
+def _word_list(tensors: dict[str, np.ndarray[Any, Any]], name: str) -> list[list[int]]:
     array = tensors.get(name)
     return [] if array is None else decode_word_list(array.reshape(2, -1))
+
+
+def _refuse(sender: Any, message: str) -> None:
+    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), flags=FINAL)
 
 
 class TritonPythonModel:
@@ -84,7 +86,10 @@ class TritonPythonModel:
         self._exclude_input = params["exclude_input_in_output"].lower() == "true"
         lora_rows = self._init_lora(model, params)
         # Structured output: the logits' width, which may exceed the tokenizer's vocabulary.
-        self._guides = GuideCompiler(self._tokenizer, int(model.config.vocab_size))
+        self._vocab_size = int(model.config.vocab_size)
+        self._guides = GuideCompiler(self._tokenizer, self._vocab_size)
+        # Compiled off Triton's thread, within GUIDE_COMPILE_TIMEOUT_S (guide_pool.py).
+        self._guide_pool = GuidePool(self._guides, float(params["guide_compile_timeout_s"]))
         self._end_id = int(self._tokenizer.eos_token_id)
         pad = self._tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else self._end_id
@@ -130,7 +135,7 @@ class TritonPythonModel:
 
     def _submit(self, request: Any, sender: Any) -> None:
         wanted = frozenset(request.requested_output_names())
-        tensors: dict[str, np.ndarray] = {}
+        tensors: dict[str, np.ndarray[Any, Any]] = {}
         for name in ("input_ids", *OPTIONAL_INPUTS, *LORA_INPUTS):
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             if tensor is not None:
@@ -152,44 +157,58 @@ class TritonPythonModel:
             )
             stop_words = _word_list(tensors, "stop_words_list")
             bad_words = _word_list(tensors, "bad_words_list")
-            # Converting new weights happens here, on Triton's thread, not in the engine loop;
-            # so does compiling a grammar.
+            # Converting new weights happens here, on Triton's thread, not in the engine loop.
             lora = self._lora.resolve(tensors)
-            guide = self._guides.from_tensors(tensors)
+            guide_key = self._guides.requested(tensors)
+            prompt_logprobs.check(params, len(prompt), self._vocab_size)
         except (RequestError, ValueError) as error:
-            sender.send(
-                pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))), flags=FINAL
-            )
+            _refuse(sender, str(error))
             return
-        if guide is not None:
-            params = dataclasses.replace(params, guide=guide)
         if not self._decoupled:
             params = dataclasses.replace(params, streaming=False)  # one response per request
-        self._engine.submit(
-            EngineRequest(
-                prompt=prompt,
-                params=params,
-                sink=TritonSink(sender, params, prompt, self._responses, wanted),
-                stop_words=stop_words,
-                bad_words=bad_words,
-                request_id=request.request_id(),
-                lora=lora,
+        request_id = request.request_id()  # read now: `start` may run after `execute` returned
+
+        def start(guide: Guide | None) -> None:
+            own = params if guide is None else dataclasses.replace(params, guide=guide)
+            self._engine.submit(
+                EngineRequest(
+                    prompt=prompt,
+                    params=own,
+                    sink=TritonSink(sender, own, prompt, self._responses, wanted),
+                    stop_words=stop_words,
+                    bad_words=bad_words,
+                    request_id=request_id,
+                    lora=lora,
+                )
             )
-        )
+
+        # A guide not compiled yet is compiled by the pool's workers: this thread goes on
+        # admitting requests, and `start` runs once it is compiled.
+        self._guide_pool.request(guide_key, start, lambda message: _refuse(sender, message))
+
+    def _admit(self, request: Any, sender: Any) -> None:
+        """`_submit`, with an error that escapes it answered to this request alone: raised
+        here, it would fail every request of Triton's batch."""
+        try:
+            self._submit(request, sender)
+        except Exception as error:
+            pb_utils.Logger.log_error(f"a request failed before the engine: {error!r}")
+            _refuse(sender, f"the engine could not take the request: {error}")
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self._decoupled:
             for request in requests:
-                self._submit(request, request.get_response_sender())
+                self._admit(request, request.get_response_sender())
             return None
         # Not decoupled: Triton wants the responses back from this call, one per request.
         senders = [CollectingSender(request) for request in requests]
         for request, sender in zip(requests, senders, strict=True):
-            self._submit(request, sender)
+            self._admit(request, sender)
         for sender in senders:
             sender.done.wait()
         return [sender.response for sender in senders]
 
     def finalize(self) -> None:
+        self._guide_pool.close()
         self._engine.stop()
         self._responses.shutdown(wait=True)  # what the engine's stop queued goes out first
