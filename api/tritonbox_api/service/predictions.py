@@ -101,7 +101,8 @@ class PredictionService:
         running = RunningPrediction(id=record.id, prepared=prepared, extra=extra or [])
         # The slots and the gauge are taken here and given back once, by the producer.
         self._stop_lines(self._admission.admit(running, line))
-        # A live request goes once the lines' stops on their way have reached the engine.
+        # A live request goes once the lines' stops on their way have been answered (or after
+        # producer.STOPS_AHEAD_S).
         after = list(self._stopping) if line is None else []
         metrics.IN_FLIGHT.inc()
         running.producer = asyncio.create_task(
@@ -119,7 +120,7 @@ class PredictionService:
 
     def _stop_lines(self, lines: list[RunningPrediction]) -> None:
         """Stop these batch lines' engine requests now, all at once, for the live request being
-        admitted, which is sent once they are through (`produce`'s `after`): the engine has
+        admitted, which is sent once they are answered (`produce`'s `after`): the engine has
         dropped the lines still in its queue by then instead of serving them ahead of it. Each
         line's prediction is cancelled too (it ends canceled, and runs again later:
         service/batch_runner.py); its producer sends no second stop."""

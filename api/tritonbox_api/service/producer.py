@@ -30,6 +30,12 @@ T = TypeVar("T")
 
 # How long the engine's `stop` may take before the clean-up goes on without it.
 ENGINE_STOP_TIMEOUT_S = 5.0
+# The longest a live request waits for the stops of the batch lines stopped for it before it is
+# sent anyway. Sixteen stops are answered within ~40-70 ms on 2 busy cores; later than this,
+# something ahead of the engine holds them (Triton's dynamic batcher can keep a request queued
+# while the engine's instance is in execute() for its 500 ms default wait:
+# docs/benchmark-batch.md), and the live request would only wait that out twice.
+STOPS_AHEAD_S = 0.1
 
 
 async def produce(
@@ -43,9 +49,9 @@ async def produce(
     after: Collection[asyncio.Task[bool]] = (),
 ) -> None:
     """Generate `running`, then clean up; `release` gives back its slots, once, at the end.
-    `after`: engine stops (of batch lines stopped for it) to see through before its request
-    is sent, so that it never waits in the engine's queue behind lines not yet dropped there
-    (and never reaches Triton among them); their own deadline bounds the wait."""
+    `after`: engine stops (of batch lines stopped for it) to see through, for STOPS_AHEAD_S
+    at most, before its request is sent, so that it does not wait in the engine's queue behind
+    lines not yet dropped there, nor reach Triton among their stops."""
     started = time.perf_counter()
     progress = Progress()
     outcome = Outcome(status=Status.FAILED, error="internal error: the api failed")
@@ -82,7 +88,7 @@ async def produce(
 
 async def _after(stops: Collection[asyncio.Task[bool]], work: Callable[[], Awaitable[T]]) -> T:
     if stops:
-        await asyncio.wait(stops)
+        await asyncio.wait(stops, timeout=STOPS_AHEAD_S)
     return await work()
 
 

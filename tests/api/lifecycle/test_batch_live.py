@@ -76,6 +76,34 @@ def test_the_lines_stops_go_out_before_the_live_request_each_once(
     asyncio.run(main())
 
 
+def test_slow_stops_hold_the_live_request_back_for_a_moment_only(
+    make_stack: Callable[..., Any], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stops that take long (something ahead of the engine holds them) delay the live request
+    by producer.STOPS_AHEAD_S, not by as long as they take."""
+    monkeypatch.setattr(batch_room, "LIVE_QUIET_S", 0.2)
+
+    async def main() -> None:
+        async with make_stack(batch_concurrent_requests=2) as stack, client(stack) as api:
+            engine = stack.engine
+            seen = watch(engine)
+            batch = await submit(api, [line(f"w{i}", 200) for i in range(2)])
+            async with asyncio.timeout(30):
+                while len(engine.active) < 2:
+                    await asyncio.sleep(0.01)
+            seen.clear()
+            engine.stop_delay_s = 3.0
+            stream = stack.call("POST", "/v1/completions", LIVE)
+            await stream.wait_chunks(1, timeout_s=2.0)
+            kinds = [kind for kind, _ in seen]
+            assert kinds[:3] == ["stop", "stop", "start"] and "stopped" not in kinds, seen
+            await stream.finish()
+            done = await ended(api, batch["id"])
+            assert done["request_counts"] == {"total": 2, "completed": 2, "failed": 0}
+
+    asyncio.run(main())
+
+
 def test_lines_claimed_as_a_live_request_comes_wait_until_it_is_done(
     make_stack: Callable[..., Any], database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
