@@ -124,10 +124,10 @@ static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out,
 
 #ifdef __AVX512F__
 /* A prompt's positions are cut into blocks of this many, each block a task of its own: a lone
-   prompt has as few (row, kv head) tasks as kv heads (3 for SmolLM2), which left one of two
-   threads idle for a third of its attention. A position's result does not depend on which task
-   computes it. */
-#define POSITION_BLOCK 16
+   prompt (or a chunk of one) has as few (row, kv head) tasks as kv heads (3 for SmolLM2), which
+   left one of two threads idle for a third of its attention. A position's result does not
+   depend on which task computes it. */
+#define POSITION_BLOCK 4
 
 typedef struct {
     const bf16 *query, *keys, *values;

@@ -16,8 +16,9 @@ import torch
 from transformers import PreTrainedModel
 
 from . import prefill
+from .chunk_budget import ChunkBudget
 from .decode_step import DecodeStep
-from .filling import ChunkBudget, Filling, PromptChunk, step_chunks
+from .filling import Filling, PromptChunk, step_chunks
 from .kv_batch import Layers
 from .lora_layers import LoraRows
 from .prefix_cache import BLOCK, PrefixCache
@@ -155,7 +156,7 @@ class BatchPrefill:
         each where no stream runs."""
         assert self.fast_step is not None
         if not chunks:
-            chunks = step_chunks(self.fillings, self.budget.tokens() if self.running else 0)
+            chunks = step_chunks(self.fillings, self.budget if self.running else None)
             ends = [self.fast_step.extend(chunk) for chunk in chunks if chunk.last]
             logits = torch.cat(ends) if ends else None
         done = []

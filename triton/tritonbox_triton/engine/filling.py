@@ -7,9 +7,9 @@ along one decode step (decode_step.py): its tokens go through the same products 
 which read the weights once for both, so a step with a chunk costs the step plus the chunk's own
 arithmetic. TensorRT-LLM (`enable_chunked_context`) and vLLM (`--enable-chunked-prefill`) do the
 same with a token budget per step. Here the budget comes from what the engine observes
-(`ChunkBudget`): as many tokens as cost about `CHUNK_SHARE` of a step without them, so the
-running streams' time per token stays under twice its steady value on any machine and model, up
-to `prefill_chunk_tokens` (timings.py). Several prompts may fill at once: the budget goes to
+(chunk_budget.py): as many tokens as cost about `CHUNK_SHARE` of a step without them, so the
+running streams' time per token stays under twice its steady value on any machine and model,
+up to `prefill_chunk_tokens` (timings.py). Several prompts may fill at once: the budget goes to
 the one with the least left first (`step_chunks`), so a short prompt that arrives behind a long
 one is not held for the whole of it (the mean time to first token is least that way), and the
 rest of a step's budget goes to the next. A long prompt is passed over only by prompts shorter
@@ -28,49 +28,11 @@ from dataclasses import dataclass
 
 import torch
 
+from .chunk_budget import ChunkBudget
 from .kv_batch import Layers
 from .request import EngineRequest
 
 KVLayout = tuple[int, int, int, torch.dtype]  # layers, kv heads, head dim, dtype
-# A chunk's tokens cost about this share of a step without them: the step with the chunk then
-# takes ~1.7x a plain one, under the 2x the streams' time per token is allowed while a prompt
-# comes in, with room for a step that runs long.
-CHUNK_SHARE = 0.7
-FIRST_CHUNK = 32  # tokens, before any step's cost is known
-SMALLEST_CHUNK = 16  # below this a chunk's own fixed cost (a pass over the weights) dominates
-_EMA = 0.2  # the weight of each new observation
-
-
-class ChunkBudget:
-    """The tokens a decode step carries of a filling prompt, from observed step times: a plain
-    step's (`step_s`) and a chunk token's on top of it (`token_s`), each a moving average."""
-
-    def __init__(self, most: int) -> None:
-        self.most = most  # prefill_chunk_tokens; 0: no chunks
-        self.step_s: float | None = None
-        self.token_s: float | None = None
-
-    def tokens(self) -> int:
-        if self.most <= 0:
-            return 0
-        if self.step_s is None or self.token_s is None:
-            return min(self.most, FIRST_CHUNK)
-        fitting = int(CHUNK_SHARE * self.step_s / self.token_s)
-        # Whole multiples of the smallest: oneDNN makes a kernel per row count, once.
-        fitting -= fitting % SMALLEST_CHUNK
-        return max(SMALLEST_CHUNK, min(self.most, fitting))
-
-    def observed(self, seconds: float, chunk_tokens: int) -> None:
-        """A step took `seconds`, carrying `chunk_tokens` of a prompt (0: a plain step)."""
-        if chunk_tokens == 0:
-            self.step_s = _average(self.step_s, seconds)
-        elif self.step_s is not None:
-            extra = max(seconds - self.step_s, 1e-6) / chunk_tokens
-            self.token_s = _average(self.token_s, extra)
-
-
-def _average(average: float | None, value: float) -> float:
-    return value if average is None else (1 - _EMA) * average + _EMA * value
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,11 +94,17 @@ class Filling:
         return list(zip(self.keys, self.values, strict=True))
 
 
-def step_chunks(fillings: list[Filling], budget: int) -> list[PromptChunk]:
-    """The next chunks, `budget` tokens in all (0: the whole of what is left of each): `fillings`
-    are put in order of what they have left, least first (in place: the chunks are those of its
-    first fillings, as many as the budget reaches)."""
+def step_chunks(fillings: list[Filling], budget: ChunkBudget | None) -> list[PromptChunk]:
+    """The next chunks, as many tokens as `budget` gives a step (None, or a budget of 0: the
+    whole of what is left of each): `fillings` are put in order of what they have left, least
+    first (in place: the chunks are those of its first fillings, as many as the budget
+    reaches)."""
     fillings.sort(key=lambda filling: filling.left)
+    tokens = budget.tokens(fillings[0].done) if budget is not None and fillings else 0
+    return _taken(fillings, tokens)
+
+
+def _taken(fillings: list[Filling], budget: int) -> list[PromptChunk]:
     chunks: list[PromptChunk] = []
     left = budget
     for filling in fillings:

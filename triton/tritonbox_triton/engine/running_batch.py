@@ -152,12 +152,12 @@ class RunningBatch(BatchPrefill):
         chunks: list[PromptChunk] = []
         if self.fast_step is not None and not adapters:
             kv = self.kv
-            chunks = step_chunks(self.fillings, self.budget.tokens())
+            chunks = step_chunks(self.fillings, self.budget)
             began = time.perf_counter()
             step = self.fast_step(
                 last[:, 0], positions[:, 0], valid, kv.key_buffers, kv.value_buffers, chunks
             )
-            self.budget.observed(time.perf_counter() - began, sum(len(c.ids) for c in chunks))
+            self.budget.observed(time.perf_counter() - began, chunks)
         else:
             output = self.model(
                 input_ids=last,

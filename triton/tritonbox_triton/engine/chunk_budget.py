@@ -1,0 +1,99 @@
+"""How many prompt tokens a decode step carries while streams run (chunked prefill, filling.py),
+from what the engine observes: the time of a plain step, and what a chunk adds to it.
+
+A chunk's token costs its share of the products, about the same anywhere in a prompt, and its
+attention over every key before it, which grows with its position: late in a 1,500-token prompt
+a token cost ~1.1 ms beside 16 streams where an early one cost ~0.4. A cost per token averaged
+over past chunks therefore lagged behind a long prompt's later chunks, and those steps ran
+long: the streams' time per token p90 came out at 2.3x steady where the budget meant 1.7x. So
+the extra time of a step with chunks is fitted as `per_token` x tokens + `per_key` x (the keys
+those tokens attend), by least squares over recent steps, and the next chunk is as long as
+costs `CHUNK_SHARE` of a plain step at its own position.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+# A step's chunks may cost about this share of a step without them: the step then takes ~1.7x a
+# plain one, under the 2x the streams' time per token is allowed while a prompt comes in, with
+# room for a step that runs long.
+CHUNK_SHARE = 0.7
+FIRST_CHUNK = 32  # tokens, before any step's cost is known
+# Chunks are whole multiples of this: oneDNN makes a kernel per row count, once. Late in a long
+# prompt even 16 tokens' attention cost more than the share (~50 ms at position 2,000 beside 4
+# streams), so the smallest chunk is small.
+SMALLEST_CHUNK = 4
+_EMA = 0.2  # the weight of a new plain step's time
+_DECAY = 0.9  # the weight each older observation keeps in the fit, per new one
+
+
+class Chunk(Protocol):
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+def keys_attended(start: int, tokens: int) -> float:
+    """The keys `tokens` prompt tokens from position `start` attend in all (causally)."""
+    return tokens * start + tokens * (tokens + 1) / 2
+
+
+class ChunkBudget:
+    """The tokens a decode step carries of filling prompts, from observed step times."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most  # prefill_chunk_tokens; 0: no chunks
+        self.step_s: float | None = None  # a plain step's time, a moving average
+        self.per_token = 0.0  # seconds a chunk token adds, for its products
+        self.per_key = 0.0  # seconds each key a chunk token attends adds
+        self._sums = [0.0] * 5  # decayed sums of t², t·k, k², t·y, k·y (t tokens, k keys)
+
+    def tokens(self, start: int = 0) -> int:
+        """How many tokens of a prompt already filled up to `start` the next step carries."""
+        if self.most <= 0:
+            return 0
+        if self.step_s is None or (self.per_token <= 0 and self.per_key <= 0):
+            return min(self.most, FIRST_CHUNK)
+        allowed = CHUNK_SHARE * self.step_s
+        # per_key/2 · n² + (per_token + per_key · (start + 1/2)) · n = allowed
+        a, b = self.per_key / 2, self.per_token + self.per_key * (start + 0.5)
+        fitting = int(
+            allowed / b if a <= 0 else (-b + math.sqrt(b * b + 4 * a * allowed)) / (2 * a)
+        )
+        fitting -= fitting % SMALLEST_CHUNK
+        return max(SMALLEST_CHUNK, min(self.most, fitting))
+
+    def observed(self, seconds: float, chunks: Sequence[Chunk] = ()) -> None:
+        """A step took `seconds`, carrying `chunks` of prompts (none: a plain step)."""
+        if not chunks:
+            self.step_s = (
+                seconds if self.step_s is None else ((1 - _EMA) * self.step_s + _EMA * seconds)
+            )
+            return
+        if self.step_s is None:
+            return
+        extra = max(seconds - self.step_s, 0.0)
+        t = float(sum(chunk.end - chunk.start for chunk in chunks))
+        k = sum(keys_attended(chunk.start, chunk.end - chunk.start) for chunk in chunks)
+        new = (t * t, t * k, k * k, t * extra, k * extra)
+        self._sums = [_DECAY * old + value for old, value in zip(self._sums, new, strict=True)]
+        self._fit()
+
+    def _fit(self) -> None:
+        tt, tk, kk, ty, ky = self._sums
+        det = tt * kk - tk * tk
+        if det > 1e-9 * tt * kk:
+            per_token, per_key = (ty * kk - ky * tk) / det, (ky * tt - ty * tk) / det
+            if per_token >= 0 and per_key >= 0:
+                self.per_token, self.per_key = per_token, per_key
+                return
+        # Too alike to tell apart (or a fit below zero): the keys' part alone, or the tokens'.
+        if kk > 0 and ky > 0:
+            self.per_token, self.per_key = 0.0, ky / kk
+        elif tt > 0:
+            self.per_token, self.per_key = max(ty / tt, 0.0), 0.0
