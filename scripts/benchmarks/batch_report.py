@@ -185,9 +185,14 @@ def report(turns: list[Turn], args: argparse.Namespace, elapsed: float) -> str:
         "of lines), and it is cancelled after them. p50 and p90 over every request of the turns.",
         "",
         f"The api's lines kept beside live traffic (`BATCH_REQUESTS_BESIDE_LIVE`): "
-        f"{default_kept} by default; the turns marked otherwise ran on a second api process, "
-        "started with that setting, in front of the same tritonserver (each api runs the "
-        "batches created on it, so its batch and its live requests meet only there).",
+        f"{default_kept} by default"
+        + (
+            "; the turns marked otherwise ran on a second api process, started with that "
+            "setting, in front of the same tritonserver (each api runs the batches created on "
+            "it, so its batch and its live requests meet only there)."
+            if len(besides(turns)) > 1
+            else "."
+        ),
         "",
         "| concurrency | beside | TTFT p50 idle ms | beside ms | × idle | TTFT p90 idle ms | "
         "beside ms | × idle | batch lines/s meanwhile, median (min–max) | target ≤ 1.25× |",
@@ -210,7 +215,9 @@ def report(turns: list[Turn], args: argparse.Namespace, elapsed: float) -> str:
         "## Every turn",
         "",
         "Load: the 1-minute load average at the turn's start; others: the cores the rest of the "
-        "machine used during it (all CPU time but the stack's processes and this client's).",
+        "machine used during it (all CPU time but the stack's processes and this client's). "
+        "First wave: the turn's first `concurrency` requests, sent together; beside a batch, "
+        "they are the ones that meet the engine full of lines.",
         "",
         "| turn | what | concurrency | wall s | result | load | others, cores |",
         "|---:|---|---:|---:|---|---:|---:|",
@@ -219,9 +226,9 @@ def report(turns: list[Turn], args: argparse.Namespace, elapsed: float) -> str:
         if t.kind in ("closed loop", "batch alone"):
             result = f"{t.requests / t.wall:.2f}/s, {t.tokens_per_s:.1f} tok/s"
         else:
-            result = (
-                f"TTFT p50 {pct(t.ttfts, 0.5) * 1000:.0f} ms, p90 {pct(t.ttfts, 0.9) * 1000:.0f} ms"
-            )
+            p50, p90 = (pct(t.ttfts, q) * 1000 for q in (0.5, 0.9))
+            first = max(t.ttfts[: t.concurrency]) * 1000  # in request order: the first wave's
+            result = f"TTFT p50 {p50:.0f} ms, p90 {p90:.0f} ms, first wave's slowest {first:.0f} ms"
             if t.kind != "idle":
                 result += f"; batch {t.lines} lines ({t.lines / t.wall:.2f}/s)"
         lines.append(
