@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 
 
 # A full queue refuses a request for now only (MAX_QUEUE_SIZE): TensorRT-LLM's executor and the
-# cpu engine say the first, Triton's own queue in front of the engine step (dynamic_batching's
-# default_queue_policy, which a burst fills too) the second.
+# cpu engine say the first, Triton's own queue in front of the trtllm and synthetic engine steps
+# (dynamic_batching's default_queue_policy, which a burst fills too) the second.
 ENGINE_QUEUE_FULL = ("Maximum queue size of", "Exceeds maximum queue size")
 
 

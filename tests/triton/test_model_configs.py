@@ -66,6 +66,10 @@ def test_cpu_configs(cpu: TritonSettings, tmp_path: Path, tokenizer_dir: Path) -
     assert engine.parameters["model_dir"].string_value == str(tokenizer_dir)
     assert engine.parameters["max_tokens_in_paged_kv_cache"].string_value == "65536"
     assert engine.model_transaction_policy.decoupled is True
+    # No dynamic batcher in front of the engine step (it held requests 500 ms: config.pbtxt);
+    # MAX_QUEUE_SIZE is the engine's own bound.
+    assert not engine.HasField("dynamic_batching")
+    assert engine.parameters["max_queue_size"].string_value == "64"
     for name in MODELS:
         assert configs[name].max_batch_size == 16, name
     pre = configs["preprocessing"]

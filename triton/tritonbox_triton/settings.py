@@ -152,7 +152,9 @@ class TritonSettings(BaseSettings):
     max_queue_delay_microseconds: int = Field(
         default=0,
         ge=0,
-        description="How long the engine step waits to fill a batch (0 = no wait).",
+        description="trtllm and synthetic: how long Triton's dynamic batcher holds a request "
+        "to fill a batch for the engine step (0 = no wait). Not read on cpu: its engine step "
+        "has no dynamic batcher (the engine groups requests itself).",
     )
     max_queue_size: int | None = Field(  # an int once validated (_flavour_defaults)
         default=None,

@@ -32,9 +32,9 @@ T = TypeVar("T")
 ENGINE_STOP_TIMEOUT_S = 5.0
 # The longest a live request waits for the stops of the batch lines stopped for it before it is
 # sent anyway. Sixteen stops are answered within ~40-70 ms on 2 busy cores; later than this,
-# something ahead of the engine holds them (Triton's dynamic batcher can keep a request queued
-# while the engine's instance is in execute() for its 500 ms default wait:
-# docs/benchmark-batch.md), and the live request would only wait that out twice.
+# something ahead of the engine holds them (the trtllm and synthetic steps keep Triton's dynamic
+# batcher, which held some of the cpu step's requests for its 500 ms default wait: the cpu
+# model's config.pbtxt), and the live request would only wait that out twice.
 STOPS_AHEAD_S = 0.1
 
 
