@@ -91,8 +91,7 @@ class TritonSettings(BaseSettings):
         "tokenizer.chat_template). The tokenizer's files (not the weights) are copied with it "
         "into CACHE_DIR/tokenizers and served from there; unset = the tokenizer's own template.",
     )
-    # The local folders the repositories resolve to (cli.prepare fetches them): derived at start,
-    # so they are not settings (no key); tests and scripts may pass them directly.
+    # Folders the repositories resolve to (cli.prepare): derived at start, not settings (no key).
     model_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
     engine_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)
     tokenizer_dir: Path | None = Field(default=None, json_schema_extra=RESOLVED)

@@ -327,3 +327,31 @@ def test_iteration_stats_show_active_requests_fall_when_cancelled(
     assert busy.context_tokens == len(prompt) and busy.max_active == 1
     assert busy.kv_tokens_used >= len(prompt)
     assert [s.iteration for s in recorder.stats] == list(range(1, len(recorder.stats) + 1))
+
+
+def test_a_stop_that_comes_during_a_prefill_acts_before_the_step(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, make_sink: Any
+) -> None:
+    """A running request stopped while another is prefilled (the api stops batch lines as a live
+    request comes) gets no token from the step after that prefill: it leaves before it."""
+    # Not started: its iterations are run here, one at a time.
+    limits = EngineLimits(256, 128, 4096)
+    batcher = InflightBatcher(model, text_decoder(tokenizer), limits, max_batch_size=4)
+    prompt = chat_ids(tokenizer, PROMPTS[1])
+    line = make_sink()
+    params = SamplingParams(max_tokens=50, min_tokens=50, end_id=EOS, pad_id=EOS)
+    batcher.submit(EngineRequest(prompt, params, line, [], [], request_id="line"))
+    batcher.run_once()  # the line prefilled and one step: two tokens
+    had = len(line.tokens)
+
+    class StopsTheLine(make_sink):  # type: ignore[misc]
+        def on_tokens(self, *args: Any, **kwargs: Any) -> None:
+            batcher.stop_request("line")  # as its first token leaves the prefill
+            super().on_tokens(*args, **kwargs)
+
+    live = StopsTheLine()
+    batcher.submit(EngineRequest(prompt, params, live, [], [], request_id="live"))
+    batcher.run_once()
+    assert line.cancelled and len(line.tokens) == had
+    assert len(live.tokens) == 2  # its first token, and the step's
+    batcher.stop()

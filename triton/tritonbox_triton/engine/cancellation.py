@@ -36,6 +36,11 @@ class Cancellations:
         checked, running or arriving. Called with the lock held."""
         self._stop_ids[request_id] = time.monotonic()
 
+    def stops_pending(self) -> bool:
+        """Whether a `stop` waits to act (cheap: no client is asked)."""
+        with self._lock:
+            return bool(self._stop_ids)
+
     def clients_due(self, now: float) -> bool:
         """Whether this iteration asks the clients whether they left (and marks it asked)."""
         due = now - self._clients_asked >= self._check_s

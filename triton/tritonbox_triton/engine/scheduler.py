@@ -197,6 +197,11 @@ class InflightBatcher:
             # once either way), and they stay in step. A large rest is split again, as a wave.
             while self._admit(queue.next_pass(), burst=True):
                 pass
+        # Stops that came during the prefills act before the step rather than after it: a
+        # live request's stops of batch lines (the api's) then save the lines' next step.
+        stopped = self._cancels.stops_pending()
+        if stopped and (keep := self._cancels.running_kept(batch.running, False)) is not None:
+            batch.keep(keep)
         if (batch.running or batch.fillings) and (ended := batch.decode_step()):
             queue.ended(ended, idle=not batch.running)
         self._report()
