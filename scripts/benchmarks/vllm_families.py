@@ -22,25 +22,23 @@ REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "benchmark-vllm-families.md"
 OURS = "TritonBox api"
 DISTURBED = 0.25  # cores the rest of the machine may use before a row is marked
-# Why an 8-stream row can fall below vLLM while its TPOT does not: what tritonserver's verbose
-# log showed (TRITON_LOG_VERBOSE=1, each request's PENDING and EXECUTING lines), 2026-11-28.
+# Why an 8-stream row can fall below vLLM, per the commit each row names: Triton's dynamic
+# batcher in front of the cpu model (its config.pbtxt, the probe's figures), or a slower step.
 EIGHT_STREAMS = [
     "**Reading the 8-stream rows.** A batch's tok/s is its tokens over the time until its last "
-    "request ends, so one request started late costs the whole batch. Through TritonBox, a "
-    "request that reaches tritonserver while the cpu engine's model instance is leaving its "
-    "previous `execute()` can wait 500 ms in Triton's queue: the model has `dynamic_batching` "
-    "(for `MAX_QUEUE_SIZE`), whose batcher wakes for a new request only when the instance has a"
-    " free slot (core's dynamic_batch_scheduler.cc) and otherwise looks again at its timeout, "
-    "500 ms. In one 8-stream batch of random qwen3 (48 requests) 3 requests went from PENDING "
-    "to EXECUTING in 500.2–501.1 ms and every other in under 4 ms. Such a request starts its "
-    "tokens ~0.5 s after its wave and ends alone, 0.3–0.55 s after the rest: 7–12% of a "
-    "16-request batch's tok/s. It struck 4 of 5 api batches of random qwen3 at 8 streams; at 1 "
-    "stream a request arrives after the last one's `execute()`, and no 1-stream row shows it. "
-    "Batches it spared: random qwen3 252 tok/s through the api and 259–271 straight to Triton's"
-    " gRPC, against vLLM's 263–284 (TPOT p50 28.4–30.1 against 26.7–29.1 ms: a few % slower per"
-    " step as well); the Gemma 3 270M 204 against 208 tok/s (TPOT p50 37.7 / 36.6 ms): at par "
-    "per token, its 262k-vocabulary head included, as at 1 stream. Short runs like these move "
-    "by ~10% with or without the stall: a ratio within ~0.1 of 1 says little.",
+    "request ends, so one request started late costs the whole batch. The rows measured at "
+    "4fb71a0 had Triton's dynamic batcher in front of the cpu engine's model: a request that "
+    "reached tritonserver while the model's instance was in or leaving `execute()` could wait "
+    "there for the batcher's 500 ms default, start its tokens ~0.5 s after its wave and end "
+    "alone, 7–12% of a 16-request batch's tok/s (random qwen3 at 8 streams: 0.83 × vLLM). "
+    "The model has no dynamic batcher now (its config.pbtxt: 3–18 of 96 requests stalled in "
+    "each probe run with it, none without). Measured without it at aaab1a0, at 8 streams: "
+    "random qwen2 1.08 × vLLM (TritonBox 271 → 288 tok/s; vLLM's own 8-stream figure moved "
+    "from 302 to 265 between the two runs), random qwen3 0.93 (232 → 262), the Gemma 3 270M "
+    "0.91 (170 → 192). The two still below vLLM are slower per step (TPOT 28.7 / 27.0 and "
+    "39.8 / 36.9 ms) and to their first tokens (TTFT p50 152 / 113 and 180 / 136 ms), with "
+    "TritonBox's two turns within 2% of each other. Short runs like these move by ~10%: a "
+    "ratio within ~0.1 of 1 says little.",
 ]
 
 
