@@ -39,7 +39,7 @@ class BatchPrefill:
     _observer: EngineObserver
 
     def __init__(self, timings: EngineTimings) -> None:
-        self.fillings: list[Filling] = []  # prompts prefilled in chunks, in arrival order
+        self.fillings: list[Filling] = []  # prompts prefilled in chunks (step_chunks orders them)
         self.prefixes = PrefixCache(timings.prefix_cache_bytes)
         self.budget = ChunkBudget(timings.prefill_chunk_tokens)
 
@@ -65,14 +65,16 @@ class BatchPrefill:
             try:
                 self._start_filling(request)
             except Exception as error:
-                self._failed(request, error)
+                self._failed([request], error)
         if filling and not self.running:
             self._fill()
 
-    def _failed(self, request: EngineRequest, error: Exception) -> None:
+    def _failed(self, requests: list[EngineRequest], error: Exception) -> None:
+        """A pass for `requests` raised `error` (logged once): each of them fails, no other."""
         log.exception("prefill failed")
-        request.sink.on_error(f"prefill failed: {error}")
-        self._observer.on_finished("error")
+        for request in requests:
+            request.sink.on_error(f"prefill failed: {error}")
+            self._observer.on_finished("error")
 
     def _prefill_now(self, admitted: list[EngineRequest]) -> None:
         shared = [r for r in admitted if prefill.shareable(r.params, r.lora is not None)]
@@ -89,10 +91,7 @@ class BatchPrefill:
                 else:
                     self._prefill(run[0])
             except Exception as error:
-                log.exception("prefill failed")
-                for request in run:
-                    request.sink.on_error(f"prefill failed: {error}")
-                    self._observer.on_finished("error")
+                self._failed(run, error)
 
     def prefill_shared(self, requests: list[EngineRequest], copies: int = 1) -> None:
         """One pass for these prompts that need nothing but their next token (prefill.py), over
