@@ -12,6 +12,7 @@ from tritonbox_triton.engine.admission import BurstWindow, first_pass
 from tritonbox_triton.engine.params import SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest
 from tritonbox_triton.engine.timings import DEFAULT_TIMINGS, EngineTimings
+from tritonbox_triton.engine.waiting import WaitingQueue
 
 EOS = 2
 SPLIT_FROM = DEFAULT_TIMINGS.split_from
@@ -55,19 +56,29 @@ def _served(sinks: list[Any]) -> None:
 def _wave_back(
     model: Any, tokenizer: Any, make_sink: Any, *, count: int, gap_s: float, batch: int
 ) -> tuple[list[int], int]:
-    """`count` requests that end together, then `count` back `gap_s` apart, on an engine of
-    `batch` rows in slow motion: every prefill's size, and where the returning wave begins."""
+    """`count` requests that end together and come back at once (showing that waves come
+    back), then `count` back `gap_s` apart, on an engine of `batch` rows in slow motion: every
+    prefill's size, and where the last returning wave begins."""
     engine, steps = recorded_engine(model, tokenizer, max_batch_size=batch, timings=_slow_motion())
     params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
     prompt = list(tokenizer("The capital of France is")["input_ids"])
     engine.start()
     try:
-        _served(_submitted(engine, prompt, params, make_sink, count=count, gap_s=0.0))
+        for _ in range(2):
+            _served(_submitted(engine, prompt, params, make_sink, count=count, gap_s=0.0))
         before = len([stats for stats in steps.iterations if stats.context])
         _served(_submitted(engine, prompt, params, make_sink, count=count, gap_s=gap_s))
     finally:
         engine.stop()
     return [stats.context for stats in steps.iterations if stats.context], before
+
+
+def _waves_came_back(window: BurstWindow, at: float) -> None:
+    """A wave of two ended at `at` and came back (too far apart to be a burst): waves are now
+    expected."""
+    window.ended(2, at, idle=True)
+    window.arrived(at + 0.01)
+    window.arrived(at + 0.06)
 
 
 def test_requests_one_at_a_time_never_wait() -> None:
@@ -114,6 +125,7 @@ def test_a_request_that_found_no_company_ends_the_waiting() -> None:
 def test_a_wave_that_ended_together_is_expected_back_whole() -> None:
     window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
                          wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
+    _waves_came_back(window, 5.0)
     window.ended(2, 10.0, idle=False)
     window.ended(1, 10.03, idle=True)  # three ended within the window: a wave of three
     window.arrived(10.09)  # its first back, within the wave's return
@@ -128,6 +140,7 @@ def test_a_wave_that_ended_together_is_expected_back_whole() -> None:
 def test_a_late_wave_waits_no_longer_than_its_window() -> None:
     window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
                          wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
+    _waves_came_back(window, 5.0)
     window.ended(4, 10.0, idle=True)
     window.arrived(10.05)
     for at in (10.065, 10.08, 10.095, 10.11, 10.125):  # one more every 15 ms: never all four
@@ -137,6 +150,7 @@ def test_a_late_wave_waits_no_longer_than_its_window() -> None:
 
 def test_only_a_wave_that_ended_just_before_is_expected() -> None:
     window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_return_s=0.1)
+    _waves_came_back(window, 5.0)
     window.ended(1, 10.0, idle=False)
     window.ended(1, 10.05, idle=True)  # apart by more than the window: no wave
     window.arrived(10.051)
@@ -144,6 +158,41 @@ def test_only_a_wave_that_ended_just_before_is_expected() -> None:
     window.ended(4, 20.0, idle=True)
     window.arrived(20.2)  # long after the wave ended: not its clients coming back
     assert window.wait_until(20.2, 20.2, waiting=1) is None
+
+
+def test_a_lone_request_after_a_wave_that_never_came_back_does_not_wait() -> None:
+    """Open-loop traffic empties the batch with two ending together as often as a closed loop
+    does, and no wave follows: a request arriving alone then starts at once."""
+    window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
+                         wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
+    window.ended(3, 10.0, idle=True)
+    window.arrived(10.03)
+    assert window.wait_until(10.03, 10.03, waiting=1) is None
+    window.arrived(10.05)  # a second one back within the return window: waves come back
+    window.ended(3, 20.0, idle=True)
+    window.arrived(20.03)
+    assert window.wait_until(20.03, 20.031, waiting=1) == pytest.approx(20.05)
+    window.alone()  # it found no company: lone requests again
+    window.ended(3, 30.0, idle=True)
+    window.arrived(30.03)
+    assert window.wait_until(30.03, 30.03, waiting=1) is None
+
+
+def test_the_queue_hands_a_lone_request_after_a_wave_over_at_once() -> None:
+    """The waiting queue on the real clock with the served timings: a request arriving alone
+    after two ended together is taken within 10 ms, where it waited 40 ms for a wave."""
+    queue = WaitingQueue(DEFAULT_TIMINGS, max_size=0, batch=8)
+    params = SamplingParams(max_tokens=3, end_id=EOS, pad_id=EOS)
+    for _ in range(2):  # two requests far apart: no burst
+        queue.put(EngineRequest([5, 6], params, None, [], []))  # type: ignore[arg-type]
+        assert queue.pop_fitting(0, 1000, must_fit=False) is not None
+        time.sleep(DEFAULT_TIMINGS.window_s + 0.02)
+    queue.ended(2, idle=True)
+    time.sleep(0.02)
+    queue.put(EngineRequest([5, 6], params, None, [], []))  # type: ignore[arg-type]
+    started = time.monotonic()
+    assert queue.first_pass(busy=False) == 1
+    assert time.monotonic() - started < 0.010
 
 
 def test_a_burst_that_trickles_in_shares_one_prefill(
@@ -173,6 +222,7 @@ def test_a_wave_comes_back_to_one_prefill(model: Any, tokenizer: Any, make_sink:
 def test_a_large_wave_starts_once_one_more_than_half_of_it_is_in() -> None:
     window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
                          wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
+    _waves_came_back(window, 5.0)
     window.ended(16, 10.0, idle=True)
     for index in range(9):
         window.arrived(10.01 + index * 0.002)
@@ -193,6 +243,7 @@ def test_the_first_pass_takes_one_more_than_half() -> None:
 def test_a_wave_smaller_than_the_split_is_waited_for_whole() -> None:
     window = _window(window_s=0.04, memory_s=30.0, quiet_s=0.008, wave_quiet_s=0.02,
                          wave_window_s=0.08, wave_return_s=0.1)  # fmt: skip
+    _waves_came_back(window, 5.0)
     window.ended(SPLIT_FROM - 1, 10.0, idle=True)
     window.arrived(10.01)
     assert window.wait_until(10.01, 10.011, waiting=SPLIT_FROM - 2) is not None

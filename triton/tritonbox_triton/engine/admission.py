@@ -21,7 +21,13 @@ and through the api those arrive over ~25 ms, the first a few ms ahead of the ot
 for both). So when the batch empties with several requests ending in one step, the engine
 expects as many back: when the first of them arrives within `wave_return_s` of that step, it
 waits for the rest with the longer `wave_quiet_s` gap, up to `wave_window_s` after the first,
-and starts the moment the last of them has arrived rather than after a quiet gap. Through the
+and starts the moment the last of them has arrived rather than after a quiet gap. It does so
+only while waves have been seen to come back: two or more requests within the return window of
+a wave's end (`wave_return_s` + `wave_window_s`) in the last `memory_s`. Open-loop traffic
+(users who do not wait for each other) empties the batch with two ending together as often, and
+no wave follows: a lone request then starts at once, where it waited `wave_quiet_s` before.
+The first wave of a closed loop that comes back is not waited for (it shows that waves do), the
+later ones are. Through the
 api a wave of 16 reached the engine 50–75 ms after its predecessor ended, sometimes its first
 request ~33 ms ahead of the rest (the first prediction row is written alone, the others then
 together behind it: db/group_commit.py), which the 20 ms gap and 40 ms window of the seventh
@@ -77,12 +83,18 @@ class BurstWindow:
         self._expected = 0  # how many requests that wave's clients are expected to send back
         self._ending = 0  # requests ended in steps less than `window_s` apart, up to the last
         self._last_end = -math.inf
+        self._returned = 0  # requests arrived within that wave's return window so far
+        self._returns_seen = -math.inf  # when a wave was last seen coming back (two returned)
 
     def arrived(self, now: float) -> None:
         """A request arrived at `now` (time.monotonic())."""
         if now - self._last_arrival < self._window_s:
             self._burst_seen = now
         self._last_arrival = now
+        if -self._window_s < now - self._wave_ended < self._wave_return_s + self._wave_window_s:
+            self._returned += 1
+            if self._returned >= 2:
+                self._returns_seen = now
 
     def ended(self, count: int, now: float, *, idle: bool) -> None:
         """`count` requests ended in a step at `now`; `idle`: no request runs after it."""
@@ -92,6 +104,10 @@ class BurstWindow:
         self._last_end = now
         if idle and self._ending >= 2:
             self._wave_ended, self._expected = now, self._ending
+            # A client may have its answer, and be back, before the step that ended it is over.
+            self._returned = int(now - self._last_arrival < self._window_s)
+        if idle:  # the batch emptied: whatever ends next belongs to the next wave
+            self._ending = 0
 
     def wait_until(
         self, first_arrival: float, now: float, waiting: int = 1, batch: int = 0
@@ -124,10 +140,12 @@ class BurstWindow:
     def _returning(self, first_arrival: float) -> bool:
         """Whether a request that arrived at `first_arrival` opens the wave expected back. It may
         even come in before the step that ended the last one has finished: its client had its
-        answer from that step."""
+        answer from that step. Only while waves have lately been seen to come back."""
+        if first_arrival - self._returns_seen > self._memory_s:
+            return False
         return -self._window_s < first_arrival - self._wave_ended < self._wave_return_s
 
     def alone(self) -> None:
         """A request waited for the rest of a burst and none came: requests come one at a time
         now, and the next ones do not wait."""
-        self._burst_seen = self._wave_ended = -math.inf
+        self._burst_seen = self._wave_ended = self._returns_seen = -math.inf

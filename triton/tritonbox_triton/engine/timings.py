@@ -37,7 +37,7 @@ class EngineTimings:
     # is written alone, the others together behind it), which an 8 ms gap split in two passes.
 
     # A request this soon after the batch emptied (with two or more ending together) opens
-    # the wave expected back.
+    # the wave expected back, while waves have been seen to come back (admission.py).
     wave_return_s: float = 0.1
     # The quiet gap that ends a returning wave's wait (its requests come spread out).
     wave_quiet_s: float = 0.04
