@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from tritonbox_triton.engine.kv_batch import BatchedKVCache, prefilled_layers
+from tritonbox_triton.engine.kv_batch import COLUMN_HEADROOM, BatchedKVCache, prefilled_layers
 
 LAYERS = 2
 
@@ -110,3 +110,27 @@ def test_sequences_added_together_are_as_added_one_at_a_time() -> None:
         rows, columns = together.rows, together.columns
         assert torch.equal(mine[:, :rows, :, :columns], theirs[:, :rows, :, :columns])
     assert _row_values(together, 2, 9) == [3.0] * 9
+
+
+def test_the_cache_is_not_copied_each_time_the_longest_row_grows_or_leaves() -> None:
+    """Steps read views, so the buffers keep headroom: a row growing past a padding block, or
+    the longest row leaving, moves no keys; a long row leaving frees its columns once they are
+    more than twice what is used."""
+    batch = BatchedKVCache(query_groups=3)
+    batch.add_sequence(sequence_cache(40, 1.0))
+    batch.add_sequence(sequence_cache(30, 2.0))
+    buffers = batch.key_buffers.data_ptr()
+    for _ in range(COLUMN_HEADROOM):  # past the first padding block of 16 columns
+        batch.decode_inputs()
+        batch.advance()
+    assert batch.columns == 40 + COLUMN_HEADROOM
+    assert batch.key_buffers.data_ptr() == buffers
+    batch.keep_rows([1])  # the longest left
+    batch.decode_inputs()
+    assert batch.key_buffers.data_ptr() == buffers
+    assert _row_values(batch, 0, 3) == [2.0, 2.0, 2.0]
+    batch.add_sequence(sequence_cache(1000, 3.0))
+    batch.keep_rows([0])  # the long one left: its columns go
+    batch.decode_inputs()
+    assert batch.key_buffers.shape[3] <= 2 * batch.width + COLUMN_HEADROOM
+    assert _row_values(batch, 0, 3) == [2.0, 2.0, 2.0]

@@ -9,7 +9,7 @@ over `decode_width` columns, and the columns past a row's length are masked. A d
 writes one column per row in place (`DynamicCache`'s concatenation copied the whole cache per
 step, a fifth of a 16-row step's time). A new sequence is prefilled alone and copied into the
 next free row; when sequences finish, the last survivors move into the rows they left. The
-buffers are exactly as wide as a step reads (`_fit` says why), have room for rows by doubling,
+buffers have room for columns beyond the widest row and for rows by doubling (`_fit` says why),
 and are freed when the batch empties. Keys and values are kept in the model's dtype.
 
 A lone sequence decodes as two identical rows (`shown_rows`): PyTorch multiplies a single row
@@ -27,6 +27,9 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from .attention import decode_width
+
+# Columns the buffers keep beyond the widest row at least (`BatchedKVCache._fit`).
+COLUMN_HEADROOM = 64
 
 
 class _SlotLayer(DynamicLayer):
@@ -121,21 +124,25 @@ class BatchedKVCache:
         self.cache.layers = list(self._layers)
 
     def _fit(self, rows: int, columns: int) -> None:
-        """Room for `rows` rows (by doubling) of exactly `columns` columns. The fused attention
-        copies keys that are not contiguous on every call (a 16-row step of 144 columns took
-        10 ms of attention from a view of wider buffers, 6 ms when they were exactly that wide),
-        so the buffers are kept as wide as a step reads: a copy of the cache each time the
-        width moves by a padding block, rather than one inside every layer of every step."""
+        """Room for `rows` rows (by doubling) and at least `columns` columns. Steps read views
+        of the buffers (the attention kernel takes any strides), so the columns have headroom:
+        a copy of the whole cache each time the longest row moved by a padding block cost 7% of
+        an engine's time on mixed traffic (prompts of 20-500 tokens come and go, and the
+        longest with them; a copy of 16 rows of 700 columns moves ~0.5 GB). The buffers grow by
+        a quarter (at least `COLUMN_HEADROOM` columns) and shrink only past twice what is used
+        (a long row left), so that memory follows the batch."""
         have_rows, have_columns = int(self.key_buffers.shape[1]), int(self.key_buffers.shape[3])
-        if rows <= have_rows and columns == have_columns:
+        roomy = 2 * columns + COLUMN_HEADROOM
+        if rows <= have_rows and columns <= have_columns <= roomy:
             return
         while have_rows < rows:
             have_rows *= 2
+        capacity = columns + max(COLUMN_HEADROOM, columns // 4)
         used_rows, used_columns = self.shown_rows, min(self.columns, columns)
         for name in ("key_buffers", "value_buffers"):
             old: torch.Tensor = getattr(self, name)
             # The copied part is not zeroed first; the rest is (masked, but kept finite).
-            new = old.new_empty(old.shape[0], have_rows, old.shape[2], columns, old.shape[4])
+            new = old.new_empty(old.shape[0], have_rows, old.shape[2], capacity, old.shape[4])
             new[:, :used_rows, :, :used_columns] = old[:, :used_rows, :, :used_columns]
             new[:, :used_rows, :, used_columns:] = 0
             new[:, used_rows:] = 0
