@@ -36,9 +36,9 @@ GuideCompileTimeout = Annotated[
     Field(
         gt=0,
         description="Longest a request waits for the cpu engine to compile its structured-output "
-        "guide (seconds); past it, a 400 naming the guide's field and this limit. The "
-        "compilation goes on at the lowest CPU priority and its guide is cached (docs/api.md, "
-        "'Structured output'). TensorRT-LLM compiles guides itself, without a limit.",
+        "guide (seconds); past it, a 400 naming the guide's field and this limit. A compilation "
+        "is tried first in a process of its own, killed at this limit (docs/api.md, 'Structured "
+        "output'). TensorRT-LLM compiles guides itself, without a limit.",
     ),
 ]
 # JSON levels of a schema (objects and lists, about two a schema): deeper ones are refused

@@ -32,11 +32,13 @@ TTFT_RATIO_MAX = 1.5  # the attacked blocks' p50 time to first token against the
 API_RSS_MAX = 1024 * MIB
 API_GROWTH_MAX = 128 * MIB
 # The engine's process group (tritonserver and three Python-backend stubs, each with torch; the
-# default model in float32) is about 1.9 GiB. The heaviest request let through is `echo` with
-# log-probs of a prompt at the stack's ECHO_MAX_PROMPT_TOKENS (384): the prefill's activations
-# and a chunk of logits at a time. The whole prompt's float32 logits and their log-softmax would
-# be 384 positions x 49,152 x 4 bytes x 2, twice over for the prefill's twin row: ~300 MiB, over
-# this bound. A slow guide's compilation goes on in the engine beside (engine/guide_pool.py).
+# default model in float32; beside the cpu engine's stub, the fork server and the two workers
+# that try guides, engine/guide_process.py: about 0.7 GiB counted, most of it pages they share)
+# is about 2.5 GiB. The heaviest request let through is `echo` with log-probs of a prompt at the
+# stack's ECHO_MAX_PROMPT_TOKENS (384): the prefill's activations and a chunk of logits at a
+# time. The whole prompt's float32 logits and their log-softmax would be 384 positions x 49,152
+# x 4 bytes x 2, twice over for the prefill's twin row: ~300 MiB, over this bound. A slow
+# guide's trial process is killed at its time limit (engine/guide_pool.py).
 ENGINE_RSS_MAX = 3072 * MIB
 ENGINE_GROWTH_MAX = 256 * MIB
 

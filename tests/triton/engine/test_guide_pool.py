@@ -1,10 +1,14 @@
-"""Guides compiled off Triton's request thread (engine/guide_pool.py): a guide xgrammar really
-takes seconds over (four distinct `.{1,1000}`: about 6 s on this machine) leaves other requests
-admitted and answered meanwhile; past the time limit its request is refused naming the guide and
-the limit; requests with one guide share one compilation; past MAX_WAITING a request is refused
-at once with a full queue's words; a compilation nobody waits for any longer never starts; one
-past LOWER_AFTER_S goes on at the lowest priority, and one past its time limit gives its place
-to the next guide."""
+"""Guides compiled off Triton's request thread (engine/guide_pool.py, guide_process.py): a guide
+xgrammar really takes seconds over (each distinct `.{1,1000}` about 1.5 s on this machine) leaves
+other requests admitted and answered meanwhile; past the time limit its request is refused naming
+the guide and the limit, and its trial's process is killed at the limit and replaced, so the
+next guide compiles at once; requests with one guide share one compilation; past MAX_WAITING a
+request is refused at once with a full queue's words; a compilation nobody waits for any longer
+never starts; one past LOWER_AFTER_S goes on at the lowest priority; a trial past its memory
+bound is refused as too large.
+
+`Recording` sees (and gates) the compilation in the engine's process, which follows a trial
+that ended in a worker process."""
 
 from __future__ import annotations
 
@@ -12,20 +16,23 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tritonbox_triton.engine.grammar import Guide, GuideCompiler
-from tritonbox_triton.engine.guide_pool import LOWER_AFTER_S, GuidePool
+from tritonbox_triton.engine.guide_pool import GuidePool
+from tritonbox_triton.engine.guide_process import LOWER_AFTER_S
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
 from tritonbox_triton.engine.scheduler import EngineRequest, InflightBatcher
 from tritonbox_triton.engine.words import text_decoder
 
 EOS = 2
-# 40 characters, seconds of xgrammar's time: each distinct bounded repetition of `.` about 1.5 s.
+# 40 characters, about 6 s of xgrammar's time: each distinct bounded repetition of `.` 1.5 s.
 SLOW = ("regex", "".join(f".{{1,{1000 + i}}}{'abcd'[i]}" for i in range(4)))
+SLOWISH = ("regex", ".{1,1000}a.{1,1001}b")  # about 3 s, twice: a trial, then the engine's own
 
 
 class Recording(GuideCompiler):
@@ -87,7 +94,7 @@ def make_pool(compiler: Recording) -> Iterator[Any]:
     pools: list[GuidePool] = []
 
     def make(timeout_s: float = 120.0, max_waiting: int = 8, **limits: int) -> GuidePool:
-        pools.append(GuidePool(compiler, timeout_s, max_waiting, **limits))
+        pools.append(GuidePool(compiler, timeout_s, max_waiting, **limits))  # its workers ready
         return pools[-1]
 
     yield make
@@ -112,8 +119,8 @@ def test_a_slow_guide_leaves_a_plain_request_admitted_and_answered(
     pool = make_pool()
     events = compiler.events
     slow = Answers(events, "slow")
-    pool.request(SLOW, slow.ready, slow.refuse)
-    while f"compiling {SLOW[1]}" not in events:
+    pool.request(SLOWISH, slow.ready, slow.refuse)
+    while f"compiling {SLOWISH[1]}" not in events:
         time.sleep(0.01)
     # What model.py does with a request without a guide: straight to the engine.
     plain = make_sink()
@@ -126,11 +133,11 @@ def test_a_slow_guide_leaves_a_plain_request_admitted_and_answered(
     plain.wait()
     events.append("plain answered")
     assert slow.done.wait(120) and slow.guide is not None, slow.refusal
-    assert events.index("plain answered") < events.index(f"compiled {SLOW[1]}"), events
+    assert events.index("plain answered") < events.index(f"compiled {SLOWISH[1]}"), events
     assert len(plain.tokens) == 4
     # Compiled once: the next request with that guide gets it at once, on its own thread.
     again = Answers(events, "again")
-    pool.request(SLOW, again.ready, again.refuse)
+    pool.request(SLOWISH, again.ready, again.refuse)
     assert again.done.is_set() and again.guide is slow.guide
 
 
@@ -145,9 +152,75 @@ def test_past_the_time_limit_the_request_is_refused_naming_the_guide_and_the_lim
         "guided_decoding_guide: the regex was not compiled within the engine's limit of 0.25 s "
         "(GUIDE_COMPILE_TIMEOUT_S)"
     )
-    # Refused while xgrammar still compiled it (it cannot be interrupted); the pool lets go.
-    assert f"compiled {SLOW[1]}" not in compiler.events
+    # Refused before its trial ended: never compiled in the engine's process.
+    assert f"compiling {SLOW[1]}" not in compiler.events
     assert pool.waiting() == 0
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # a zombie (killed, not reaped) would still answer
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _nice(pid: int) -> set[int]:
+    """The nice value of each of a process's threads (/proc/PID/task/TID/stat's 19th field)."""
+    tasks = Path(f"/proc/{pid}/task").glob("*")
+    return {int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]) for task in tasks}
+
+
+def test_a_trial_past_the_limit_is_killed_and_the_next_guide_compiles_at_once(
+    compiler: Recording, make_pool: Any
+) -> None:
+    """The slow guide's trial (about 6 s of xgrammar's time) runs in a worker's process: at nice
+    19 past LOWER_AFTER_S, killed at the 1.5 s limit. Its request is refused; the process is
+    gone (reaped, not a zombie) and a new one holds its place, so no compilation outlives the
+    limit, and a cheap guide sent next compiles in milliseconds."""
+    pool = make_pool(timeout_s=1.5)
+    before = set(pool.pids())
+    assert len(before) == 2 and not any(_gone(pid) for pid in before)
+    late = Answers(compiler.events, "late")
+    pool.request(SLOW, late.ready, late.refuse)
+    _until(lambda: pool.running() == 1)
+    time.sleep(LOWER_AFTER_S + 0.3)
+    assert {19} in [_nice(pid) for pid in before], "the trial's process was not lowered"
+    assert late.done.wait(60) and late.refusal is not None
+    assert "limit of 1.5 s (GUIDE_COMPILE_TIMEOUT_S)" in late.refusal
+    _until(lambda: len(set(pool.pids()) - before) == 1, timeout_s=30)  # a new one in its place
+    (killed,) = before - set(pool.pids())
+    assert _gone(killed)
+    assert pool.running() == 0 and f"compiling {SLOW[1]}" not in compiler.events
+    started = time.monotonic()
+    cheap = Answers(compiler.events, "cheap")
+    pool.request(("regex", "[0-9]+z"), cheap.ready, cheap.refuse)
+    assert cheap.done.wait(60) and cheap.guide is not None, cheap.refusal
+    assert time.monotonic() - started < 1.0
+    # The same slow guide sent again is tried again, and killed again: nothing was cached.
+    again = Answers(compiler.events, "again")
+    pool.request(SLOW, again.ready, again.refuse)
+    assert again.done.wait(60) and again.refusal is not None
+
+
+def test_a_trial_past_its_memory_bound_is_refused_as_too_large(
+    compiler: Recording, make_pool: Any
+) -> None:
+    """xgrammar's std::bad_alloc under the worker's RLIMIT_AS (16 MiB past its start here) is a
+    refusal naming the bound; the worker goes on."""
+    pool = make_pool(memory_bytes=16 << 20)
+    pids = pool.pids()
+    alternatives = "(" + "|".join(f"w{i}x" for i in range(15_000)) + ")"  # ~25 MB to compile
+    large = Answers(compiler.events, "large")
+    pool.request(("regex", alternatives), large.ready, large.refuse)
+    assert large.done.wait(60) and large.refusal == (
+        "guided_decoding_guide: compiling the regex needs more than the engine's 16 MiB "
+        "(guide_process.MEMORY_BYTES); a simpler one needs less"
+    )
+    cheap = Answers(compiler.events, "cheap")
+    pool.request(("regex", "[0-9]+y"), cheap.ready, cheap.refuse)
+    assert cheap.done.wait(60) and cheap.guide is not None, cheap.refusal
+    assert pool.pids() == pids
 
 
 def test_requests_with_one_guide_share_one_compilation(compiler: Recording, make_pool: Any) -> None:
@@ -184,10 +257,10 @@ def test_past_max_waiting_a_request_is_refused_at_once_as_a_full_queue(
 
 
 def test_a_compilation_nobody_waits_for_never_starts(compiler: Recording, make_pool: Any) -> None:
-    """Both workers held by gated guides (none may leave its place past its time): a third
-    guide waits behind them, expires, and its compilation is dropped rather than run for
-    nobody."""
-    pool = make_pool(timeout_s=0.3, max_overdue=0)
+    """Both workers held by gated guides (compiling in the engine's process once their trials
+    ended): a third guide waits behind them, expires, and its compilation is dropped rather than
+    run for nobody."""
+    pool = make_pool(timeout_s=0.3)
     compiler.gated.update({"a+", "b+"})
     held = [Answers(compiler.events, name) for name in "ab"]
     pool.request(("regex", "a+"), held[0].ready, held[0].refuse)
@@ -201,25 +274,20 @@ def test_a_compilation_nobody_waits_for_never_starts(compiler: Recording, make_p
     assert pool.waiting() == 0
 
 
-def test_a_compilation_past_its_time_goes_on_lowered_and_gives_its_place(
+def test_a_compilation_past_its_requests_limit_goes_on_and_is_cached(
     compiler: Recording, make_pool: Any
 ) -> None:
-    """Two gated guides outlast the limit: their requests are refused; one leaves its place to
-    the next guide (MAX_OVERDUE 1 here), the other keeps it; both go on at nice 19 and are
-    cached when done, so the same guide sent again is served at once."""
-    pool = make_pool(timeout_s=0.3, max_overdue=1)
-    compiler.gated.update({"a+", "b+"})
-    held = [Answers(compiler.events, name) for name in "ab"]
-    pool.request(("regex", "a+"), held[0].ready, held[0].refuse)
-    pool.request(("regex", "b+"), held[1].ready, held[1].refuse)
-    assert all(answer.done.wait(60) and answer.refusal for answer in held)
-    _until(lambda: pool.running() == (1, 1))  # the compilations' own deadlines come just after
-    fresh = Answers(compiler.events, "fresh")
-    pool.request(("regex", "c+"), fresh.ready, fresh.refuse)
-    assert fresh.done.wait(60) and fresh.guide is not None, fresh.refusal
+    """A guide whose trial ended is compiled in the engine's process even when its requests
+    were refused meanwhile (the trial showed it ends): sent again once done, it is served at
+    once."""
+    pool = make_pool(timeout_s=0.3)
+    compiler.gated.add("a+")
+    held = Answers(compiler.events, "a")
+    pool.request(("regex", "a+"), held.ready, held.refuse)
+    assert held.done.wait(60) and held.refusal is not None
+    assert pool.running() == 1
     compiler.gate.set()
-    _until(lambda: pool.running() == (0, 0))
-    assert compiler.nice == {"a+": 19, "b+": 19}
+    _until(lambda: pool.running() == 0)
     again = Answers(compiler.events, "again")
     pool.request(("regex", "a+"), again.ready, again.refuse)
     assert again.done.is_set() and again.guide is not None
@@ -237,7 +305,7 @@ def test_a_compilation_past_lower_after_s_goes_on_lowered_and_is_served(
     compiler.gate.set()
     assert answer.done.wait(60) and answer.guide is not None, answer.refusal
     assert compiler.nice == {"d+": 19}
-    assert pool.running() == (0, 0)
+    assert pool.running() == 0
 
 
 def test_a_request_whose_start_fails_is_refused_not_left_unanswered(make_pool: Any) -> None:

@@ -3,11 +3,11 @@
 A request names a guide with the `tensorrt_llm` inputs `guided_decoding_guide_type` and
 `guided_decoding_guide` (TensorRT-LLM 0.20's names and type strings, read by its backend in
 `getGuidedDecodingParamsFromTensors`). The guide is compiled once, before the request reaches
-the engine, by a few workers of its own with a time limit (guide_pool.py), and kept in a small
-LRU keyed by its text, so a batch never waits for a compilation and a repeated schema costs
-nothing. Each sequence then gets its own matcher
-(`GuideState`): before sampling it masks every token the grammar forbids; after, it accepts the
-chosen one. TensorRT-LLM's executor drives xgrammar the same way.
+the engine, by a few workers of its own with a time limit (guide_pool.py; a trial in a process
+killed at the limit first, guide_process.py), and kept in a small LRU keyed by its text, so a
+batch never waits for a compilation and a repeated schema costs nothing. Each sequence then gets
+its own matcher (`GuideState`): before sampling it masks every token the grammar forbids; after,
+it accepts the chosen one. TensorRT-LLM's executor drives xgrammar the same way.
 
 The answer ends when the grammar does: the matcher takes the request's end id as its one stop
 token, so the end id is allowed exactly when the text is complete, and the scheduler ends on it
@@ -31,7 +31,10 @@ import xgrammar as xgr
 from tritonbox_common.errors import RequestError
 from tritonbox_common.guided import GUIDE_INPUT, GUIDE_TYPE_INPUT, GUIDE_TYPES
 
-__all__ = ["GUIDE_INPUT", "GUIDE_TYPE_INPUT", "Guide", "GuideCompiler", "GuideKey", "GuideState"]
+__all__ = [
+    "GUIDE_INPUT", "GUIDE_TYPE_INPUT", "Guide", "GuideCompiler", "GuideKey", "GuideState",
+    "compile_guide",
+]  # fmt: skip
 GuideKey = tuple[str, str]  # (guide type, guide text): what a compiled guide is cached by
 # Compiled grammars kept: a schema compiles in about a millisecond but its token masks are
 # precomputed per grammar, which is what the cache saves for a repeated schema.
@@ -125,6 +128,7 @@ class GuideCompiler:
     def __init__(self, tokenizer: Any, vocab_size: int, cache_size: int = CACHE_SIZE) -> None:
         # vocab_size: the model's logits width, which may exceed the tokenizer's (padding).
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self.tokenizer_info = info  # what guide_process.py's trials compile for
         self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         self._cache: OrderedDict[tuple[str, str], Guide] = OrderedDict()
         self._cache_size = cache_size
@@ -154,26 +158,31 @@ class GuideCompiler:
         cached = self.lookup(key)
         if cached is not None:
             return cached
-        guide = key[1]
-        try:
-            compiled = self._compile(guide_type, guide)
-        except Exception as error:  # xgrammar raises RuntimeError with the parser's reason
-            raise RequestError(f"{GUIDE_INPUT}: invalid {guide_type}: {_message(error)}") from None
-        entry = Guide(guide_type, compiled)
+        entry = Guide(guide_type, compile_guide(self._compiler, guide_type, key[1]))
         with self._lock:
             self._cache[key] = entry
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return entry
 
-    def _compile(self, guide_type: str, guide: str) -> xgr.CompiledGrammar:
-        if guide_type == "json":
-            return self._compiler.compile_builtin_json_grammar()
-        if guide_type == "json_schema":
-            return self._compiler.compile_json_schema(guide)
-        if guide_type == "regex":
-            return self._compiler.compile_regex(guide)
-        return self._compiler.compile_grammar(guide)
-
     def cached(self) -> int:
         return len(self._cache)
+
+
+def compile_guide(
+    compiler: xgr.GrammarCompiler, guide_type: str, guide: str
+) -> xgr.CompiledGrammar:
+    """`guide` compiled: here, and in guide_process.py's trial. RequestError names the input and
+    xgrammar's reason; MemoryError where xgrammar ran out of memory (its std::bad_alloc)."""
+    try:
+        if guide_type == "json":
+            return compiler.compile_builtin_json_grammar()
+        if guide_type == "json_schema":
+            return compiler.compile_json_schema(guide)
+        if guide_type == "regex":
+            return compiler.compile_regex(guide)
+        return compiler.compile_grammar(guide)
+    except Exception as error:  # xgrammar raises RuntimeError with the parser's reason
+        if "bad_alloc" in str(error):
+            raise MemoryError(f"compiling the {guide_type} ran out of memory") from None
+        raise RequestError(f"{GUIDE_INPUT}: invalid {guide_type}: {_message(error)}") from None

@@ -2,53 +2,49 @@
 
 xgrammar compiles some short guides slowly: each distinct bounded repetition of a broad class
 (`.{1,1000}`, a string's maxLength) costs about 1.5 s of a core here, whatever its count (16:
-25 s; 100,000 characters: hours). A guide the LRU lacks (grammar.py) is compiled on a thread of
-this pool while Triton's thread goes on admitting requests (xgrammar lets go of the GIL); its
-request goes to the engine once it is compiled. Requests with the same guide (type and text)
-share one compilation, whether it waits, runs or is past its time.
+25 s; 100,000 characters: hours). A guide the LRU lacks (grammar.py) is compiled by one of
+WORKERS workers while Triton's thread goes on admitting requests; its request goes to the engine
+once it is compiled. Requests with the same guide (type and text) share one compilation.
 
-Neither xgrammar nor Python can stop a compilation once started, so what one may take is bounded:
+Nothing stops a compilation on a thread, so a worker tries each guide first in a process of its
+own (guide_process.py), and compiles it here only once that trial ended (the same work: it ends
+too), then caches it. What a guide may take is bounded:
 
-- a request waits at most `timeout_s` (GUIDE_COMPILE_TIMEOUT_S) from its arrival, then fails with
-  an error naming its guide input and the limit (the api: a 400 naming the client's field);
+- a trial runs at most `timeout_s` (GUIDE_COMPILE_TIMEOUT_S): past it, its process is killed
+  (SIGKILL) and replaced, and the requests still waiting for the guide are refused;
+- a request waits at most `timeout_s` from its arrival, then fails with an error naming its guide
+  input and the limit (the api: a 400 naming the client's field);
 - past MAX_WAITING waiting requests, one more is refused at once with TensorRT-LLM's "Maximum
   queue size" words (the api: 429 with Retry-After);
-- a compilation nobody waits for any longer is dropped if it has not started; one that runs past
-  LOWER_AFTER_S goes on at nice 19 (it takes only CPU the engine leaves), past `timeout_s` runs on
-  to its end (then cached) and gives its place to the next guide: WORKERS compilations within
-  their time run at once, plus MAX_OVERDUE past it. Past that, new guides wait (refused at their
-  limit); requests without a guide or with a cached one are served as ever.
+- a compilation nobody waits for any longer is dropped if not started, else goes on to its end
+  (then cached) or its limit; WORKERS run at once, each at nice 19 past LOWER_AFTER_S.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tritonbox_common.errors import RequestError
 from tritonbox_common.guided import GUIDE_INPUT
 
 from .grammar import Guide, GuideCompiler, GuideKey
+from .guide_process import MEMORY_BYTES, GuideProcess, compiled, start_process
 
 log = logging.getLogger(__name__)
 
-# Compilations within their time at once, each on one thread (grammar.py's max_threads=1): two
-# keep one slow guide from holding up every other new guide, and leave the engine its cores.
+# Compilations at once, each on one thread (grammar.py's max_threads=1): two keep one slow guide
+# from holding up every other new guide, and leave the engine its cores. Each has a process.
 WORKERS = 2
-MAX_OVERDUE = 2  # compilations past their time limit still running, beside WORKERS
 # Requests waiting for a compilation at once: each holds its prompt and its guide (up to
 # MAX_GUIDE_CHARS) until answered. A client's few concurrent guided requests fit many times.
 MAX_WAITING = 32
-# A compilation longer than this goes on at the lowest priority (nice 19), taking only CPU the
-# engine leaves: guides commonly compile in milliseconds (a 600-property schema 0.04 s here).
-LOWER_AFTER_S = 0.5
-LOWEST_PRIORITY = 19
+RESTART_AFTER_S = 5.0  # a worker whose process could not start tries again after this
 STOPPING = f"{GUIDE_INPUT}: the engine is stopping"
+INF = float("inf")
 
 Ready = Callable[[Guide | None], None]  # the request's start, with its compiled guide
 Refuse = Callable[[str], None]  # its error answer
@@ -65,14 +61,11 @@ class _Waiter:
 class _Compilation:
     key: GuideKey
     waiters: list[_Waiter] = field(default_factory=list)
-    started: float | None = None  # when it started (time.monotonic())
-    thread_id: int | None = None  # the compiling thread's while it compiles, for its priority
-    lowered: bool = False  # past LOWER_AFTER_S: at the lowest priority
-    overdue: bool = False  # past timeout_s and out of the WORKERS count
+    started: bool = False
 
 
 class GuidePool:
-    """Compiles guides for `compiler` on threads of its own; see the module's words."""
+    """Compiles guides for `compiler` with workers of its own; see the module's words."""
 
     def __init__(
         self,
@@ -80,31 +73,41 @@ class GuidePool:
         timeout_s: float,
         max_waiting: int = MAX_WAITING,
         workers: int = WORKERS,
-        max_overdue: int = MAX_OVERDUE,
+        memory_bytes: int = MEMORY_BYTES,
     ) -> None:
         self._compiler = compiler
-        self._timeout_s = timeout_s
-        self._max_waiting, self._workers, self._max_overdue = max_waiting, workers, max_overdue
-        self._lock = threading.Condition()
+        self._timeout_s, self._max_waiting = timeout_s, max_waiting
+        self._lock = threading.Lock()
+        self._queued_one = threading.Condition(self._lock)  # for the workers
+        self._new_deadline = threading.Condition(self._lock)  # for the deadlines' thread
         self._compilations: dict[GuideKey, _Compilation] = {}  # not started, or running
         self._queued: deque[_Compilation] = deque()  # not started, oldest first
-        self._in_time = 0  # running within their time (at most `workers`)
-        self._overdue = 0  # running past it, out of that count (at most `max_overdue`)
+        self._processes: dict[int, GuideProcess] = {}  # each worker's, by its number
+        self._running = 0
         self._waiting = 0
         self._closed = False
+        info = compiler.tokenizer_info.serialize_json()
+        for number in range(workers):  # started here: the engine is ready once they are
+            process = self._start(number, info, memory_bytes)
+            args, name = (number, process, info, memory_bytes), f"guide-worker-{number}"
+            threading.Thread(target=self._work, args=args, name=name, daemon=True).start()
         threading.Thread(target=self._watch, name="guide-deadlines", daemon=True).start()
 
     def waiting(self) -> int:
         with self._lock:  # requests waiting for a compilation now
             return self._waiting
 
-    def running(self) -> tuple[int, int]:
-        with self._lock:  # compilations running: (within their time, overdue)
-            return self._in_time, self._overdue
+    def running(self) -> int:
+        with self._lock:  # compilations running now
+            return self._running
+
+    def pids(self) -> list[int]:
+        with self._lock:  # the workers' processes now
+            return [process.pid for process in self._processes.values()]
 
     def request(self, key: GuideKey | None, ready: Ready, refuse: Refuse) -> None:
         """Call `ready(guide)` once `key`'s guide is compiled (now, on this thread, when cached
-        or None), else `refuse(message)`: from a compiling thread or the deadlines' thread."""
+        or None), else `refuse(message)`: from a worker's thread or the deadlines' thread."""
         cached = None if key is None else self._compiler.lookup(key)
         if key is None or cached is not None:
             _deliver(_Waiter(ready, refuse, 0.0), cached)
@@ -117,10 +120,10 @@ class GuidePool:
                 if compilation is None:
                     compilation = self._compilations[key] = _Compilation(key)
                     self._queued.append(compilation)
+                    self._queued_one.notify()
                 deadline = time.monotonic() + self._timeout_s
                 compilation.waiters.append(_Waiter(ready, refuse, deadline))
-                self._start_queued()
-                self._lock.notify()  # the deadlines' thread: a new deadline
+                self._new_deadline.notify()
         if refusal is not None:
             _refuse(_Waiter(ready, refuse, 0.0), refusal)
 
@@ -130,98 +133,90 @@ class GuidePool:
         return (f"{GUIDE_INPUT}: Maximum queue size of {self._max_waiting} requests waiting for a "
                 "guide to compile has been reached, please try again later")  # fmt: skip
 
-    def _start_queued(self) -> None:
-        """Start the oldest queued compilations while WORKERS allows (the lock held)."""
-        while self._queued and self._in_time < self._workers and not self._closed:
-            compilation = self._queued.popleft()
-            compilation.started = time.monotonic()
-            self._in_time += 1
-            threading.Thread(target=self._compile, args=(compilation,), daemon=True).start()
+    def _start(self, number: int, info: str, memory: int) -> GuideProcess | None:
+        """A new process for worker `number`, or None (closed, or it could not start)."""
+        process = start_process(info, memory)
+        with self._lock:
+            if process is not None and not self._closed:
+                self._processes[number] = process
+                return process
+        if process is not None:
+            process.end()
+        return None
 
-    def _compile(self, compilation: _Compilation) -> None:
+    def _work(self, number: int, process: GuideProcess | None, info: str, memory: int) -> None:
+        """A worker's thread: the oldest queued guide, tried in its process, then compiled."""
+        while not self._closed:
+            if process is None:  # (re)started before it takes a guide, off the guide's time
+                process = self._start(number, info, memory)
+                if process is None:
+                    time.sleep(RESTART_AFTER_S)
+                continue
+            with self._lock:
+                while not self._queued and not self._closed:
+                    self._queued_one.wait()
+                if self._closed:
+                    break
+                compilation = self._queued.popleft()
+                compilation.started, self._running = True, self._running + 1
+            key = compilation.key
+            guide, (kind, message) = compiled(process, self._compiler, key, self._timeout_s)
+            if kind in ("ended", "failed") and not self._closed:
+                log.error("trying a guide failed: %s", message)
+            if kind in ("late", "ended"):  # killed at the limit, or died: a new one is started
+                process.end()
+                process = None
+            self._finish(compilation, guide, self._late(key) if kind == "late" else message)
+        if process is not None:
+            process.end()
+
+    def _finish(self, compilation: _Compilation, guide: Guide | None, error: str) -> None:
         with self._lock:
-            compilation.thread_id = threading.get_native_id()
-        guide, error = None, None
-        try:
-            guide = self._compiler.compile(*compilation.key)
-        except RequestError as invalid:  # xgrammar's reason, naming the input
-            error = str(invalid)
-        except Exception as failure:
-            log.error("compiling a guide failed", exc_info=failure)
-            error = f"{GUIDE_INPUT}: compiling it failed: {failure}"
-        with self._lock:
-            compilation.thread_id = None  # its thread ends: never lowered from here
             if self._compilations.get(compilation.key) is compilation:
                 del self._compilations[compilation.key]
-            if compilation.overdue:
-                self._overdue -= 1
-            else:
-                self._in_time -= 1
+            self._running -= 1
             waiters, compilation.waiters = compilation.waiters, []
             self._waiting -= len(waiters)
-            self._start_queued()
-            self._lock.notify()
+            self._new_deadline.notify()
         for waiter in waiters:
-            _deliver(waiter, guide) if error is None else _refuse(waiter, error)
+            _deliver(waiter, guide) if guide is not None else _refuse(waiter, error)
 
     def _watch(self) -> None:
-        """Refuses waiters at their limit and lowers overdue compilations, on a thread."""
+        """Refuses waiters at their limit, on a thread."""
         while True:
             with self._lock:
                 if self._closed:
                     return
                 expired, wake = self._expire(time.monotonic())
                 if not expired:
-                    self._lock.wait(None if wake == float("inf") else wake - time.monotonic())
+                    self._new_deadline.wait(None if wake == INF else wake - time.monotonic())
             for key, waiter in expired:
                 _refuse(waiter, self._late(key))
 
     def _expire(self, now: float) -> tuple[list[tuple[GuideKey, _Waiter]], float]:
         """Waiters past their deadline (taken out), and the next deadline (the lock held)."""
         expired: list[tuple[GuideKey, _Waiter]] = []
-        wake = float("inf")
+        wake = INF
         for key, compilation in list(self._compilations.items()):
             for waiter in [w for w in compilation.waiters if w.deadline <= now]:
                 compilation.waiters.remove(waiter)
                 self._waiting -= 1
                 expired.append((key, waiter))
             wake = min([wake, *(w.deadline for w in compilation.waiters)])
-            if compilation.started is None and not compilation.waiters:
+            if not compilation.started and not compilation.waiters:
                 self._queued.remove(compilation)  # nobody waits for it: its place goes on
                 del self._compilations[key]
-            elif compilation.started is not None and not compilation.overdue:
-                lower_at = compilation.started + min(LOWER_AFTER_S, self._timeout_s)
-                if lower_at <= now:
-                    self._lower(compilation)
-                deadline = compilation.started + self._timeout_s
-                if deadline > now:
-                    wake = min(wake, deadline if compilation.lowered else lower_at)
-                    continue
-                if self._overdue < self._max_overdue:
-                    compilation.overdue = True
-                    self._overdue += 1
-                    self._in_time -= 1
-                    self._start_queued()
         return expired, wake
-
-    def _lower(self, compilation: _Compilation) -> None:
-        """Its thread to the lowest priority (Linux: a thread's own nice value), once."""
-        if compilation.lowered or compilation.thread_id is None:
-            return
-        compilation.lowered = True
-        try:
-            os.setpriority(os.PRIO_PROCESS, compilation.thread_id, LOWEST_PRIORITY)
-        except OSError as error:  # not Linux, or not allowed: it keeps its priority
-            log.warning("could not lower a slow guide's priority: %s", error)
 
     def _late(self, key: GuideKey) -> str:
         return (f"{GUIDE_INPUT}: the {key[0]} was not compiled within the engine's limit of "
-                f"{self._timeout_s:g} s (GUIDE_COMPILE_TIMEOUT_S); its compilation goes on, and "
-                "the same guide sent once it is done is served at once; a simpler one compiles "
-                "sooner (fewer bounded repetitions such as .{1,1000} or a maxLength)")  # fmt: skip
+                f"{self._timeout_s:g} s (GUIDE_COMPILE_TIMEOUT_S), where its compilation is "
+                "stopped; a simpler one compiles sooner (fewer bounded repetitions such as "
+                ".{1,1000} or a maxLength)")  # fmt: skip
 
     def close(self) -> None:
-        """Refuse every waiting request; running compilations are left to end on their own."""
+        """Refuse every waiting request and kill the workers' processes (a compilation in this
+        process, which the trial showed to end, ends on its own)."""
         with self._lock:
             self._closed = True
             waiters = [w for c in self._compilations.values() for w in c.waiters]
@@ -229,7 +224,11 @@ class GuidePool:
                 compilation.waiters.clear()
             self._queued.clear()
             self._waiting = 0
-            self._lock.notify()  # the deadlines' thread ends
+            processes = list(self._processes.values())
+            self._queued_one.notify_all()  # the workers end
+            self._new_deadline.notify()  # the deadlines' thread ends
+        for process in processes:
+            process.kill()
         for waiter in waiters:
             _refuse(waiter, STOPPING)
 
