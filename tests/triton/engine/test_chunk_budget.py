@@ -6,14 +6,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 from tritonbox_triton.engine.chunk_budget import (
     CHUNK_SHARE,
+    FINISH_SHARE,
     FIRST_CHUNK,
+    MOST_SHARE,
     SMALLEST_CHUNK,
     ChunkBudget,
     keys_attended,
 )
+from tritonbox_triton.engine.filling import Filling, step_chunks
+from tritonbox_triton.engine.params import SamplingParams
+from tritonbox_triton.engine.request import EngineRequest
 
 STEP_S, PER_TOKEN, PER_KEY = 0.040, 2e-4, 1e-6
 
@@ -64,3 +70,42 @@ def test_several_chunks_in_a_step_count_together() -> None:
         budget.observed(_step_with(*chunks), chunks)
     assert budget.per_token == pytest.approx(PER_TOKEN, rel=0.05)
     assert budget.per_key == pytest.approx(PER_KEY, rel=0.05)
+
+
+def _filling(length: int) -> Filling:
+    params = SamplingParams(max_tokens=1, end_id=2, pad_id=0)
+    request = EngineRequest(list(range(3, 3 + length)), params, None, [], [])  # type: ignore[arg-type]
+    return Filling(request, (1, 1, 4, torch.float32))
+
+
+def test_a_prompt_that_fits_a_whole_step_is_finished_in_one() -> None:
+    """Cut at CHUNK_SHARE, a chat turn beside a few streams took two or three steps to its
+    first token; one whose rest costs at most a plain step (FINISH_SHARE) goes whole."""
+    budget = ChunkBudget(4096)
+    budget.observed(STEP_S)
+    for start in range(0, 1200, 48):  # the costs learnt
+        chunk = Piece(start, start + 32)
+        budget.observed(_step_with(chunk), [chunk])
+    share, finish = budget.tokens(0), budget.tokens(0, FINISH_SHARE)
+    assert share < finish
+    between = (share + finish) // 2
+    chunks = step_chunks([_filling(between)], budget)
+    assert [(c.start, c.end, c.last) for c in chunks] == [(0, between, True)]
+    longer = step_chunks([_filling(finish + 40)], budget)  # more than a step's worth: cut
+    assert [(c.start, c.end, c.last) for c in longer] == [(0, share, False)]
+    added = _step_with(Piece(0, between)) - STEP_S
+    assert added <= FINISH_SHARE * STEP_S
+
+
+def test_several_prompts_filling_get_a_larger_share_of_a_step() -> None:
+    budget = ChunkBudget(4096)
+    budget.observed(STEP_S)
+    for start in range(0, 1200, 48):
+        chunk = Piece(start, start + 32)
+        budget.observed(_step_with(chunk), [chunk])
+    alone = step_chunks([_filling(3000)], budget)
+    three = step_chunks([_filling(3000) for _ in range(3)], budget)
+    assert sum(c.end - c.start for c in alone) == budget.tokens(0, CHUNK_SHARE)
+    assert sum(c.end - c.start for c in three) == budget.tokens(0, min(3 * CHUNK_SHARE, MOST_SHARE))
+    added = _step_with(*(Piece(c.start, c.end) for c in three)) - STEP_S
+    assert added <= MOST_SHARE * STEP_S

@@ -21,6 +21,13 @@ from typing import Protocol
 # plain one, under the 2x the streams' time per token is allowed while a prompt comes in, with
 # room for a step that runs long.
 CHUNK_SHARE = 0.7
+# A prompt whose rest costs at most this share is finished in one step (filling.step_chunks):
+# the step then takes up to 2x a plain one, the bound, once, where cut at CHUNK_SHARE a short
+# prompt (a chat turn of ~35 tokens beside 4 streams) took two or three steps to its first token.
+FINISH_SHARE = 1.0
+# With several prompts filling, each step gives them CHUNK_SHARE per prompt, up to this: their
+# users wait for a first token while the streams' time per token rises (a step at most 3x).
+MOST_SHARE = 2.0
 FIRST_CHUNK = 32  # tokens, before any step's cost is known
 # Chunks are whole multiples of this: oneDNN makes a kernel per row count, once. Late in a long
 # prompt even 16 tokens' attention cost more than the share (~50 ms at position 2,000 beside 4
@@ -53,13 +60,14 @@ class ChunkBudget:
         self.per_key = 0.0  # seconds each key a chunk token attends adds
         self._sums = [0.0] * 5  # decayed sums of t², t·k, k², t·y, k·y (t tokens, k keys)
 
-    def tokens(self, start: int = 0) -> int:
-        """How many tokens of a prompt already filled up to `start` the next step carries."""
+    def tokens(self, start: int = 0, share: float = CHUNK_SHARE) -> int:
+        """How many tokens of a prompt already filled up to `start` the next step carries, for
+        chunks that cost `share` of a plain step."""
         if self.most <= 0:
             return 0
         if self.step_s is None or (self.per_token <= 0 and self.per_key <= 0):
             return min(self.most, FIRST_CHUNK)
-        allowed = CHUNK_SHARE * self.step_s
+        allowed = share * self.step_s
         # per_key/2 · n² + (per_token + per_key · (start + 1/2)) · n = allowed
         a, b = self.per_key / 2, self.per_token + self.per_key * (start + 0.5)
         fitting = int(

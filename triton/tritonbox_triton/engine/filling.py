@@ -9,12 +9,16 @@ arithmetic. TensorRT-LLM (`enable_chunked_context`) and vLLM (`--enable-chunked-
 same with a token budget per step. Here the budget comes from what the engine observes
 (chunk_budget.py): as many tokens as cost about `CHUNK_SHARE` of a step without them, so the
 running streams' time per token stays under twice its steady value on any machine and model,
-up to `prefill_chunk_tokens` (timings.py). Several prompts may fill at once: the budget goes to
-the one with the least left first (`step_chunks`), so a short prompt that arrives behind a long
-one is not held for the whole of it (the mean time to first token is least that way), and the
-rest of a step's budget goes to the next. A long prompt is passed over only by prompts shorter
-than what it has left, each once, and only while they are admitted (the batch's room bounds
-them). When no stream runs, what is left of each is prefilled at once (nobody waits for it).
+up to `prefill_chunk_tokens` (timings.py). A prompt whose rest costs at most `FINISH_SHARE`
+(a whole plain step) is finished in one step: on mixed traffic cut at `CHUNK_SHARE` a prompt took
+a step more to its first token and the batch ran emptier. With several prompts filling, the
+step's share grows with their number (`CHUNK_SHARE` each, up to `MOST_SHARE`): their users wait
+for a first token while the streams' time per token rises. Several prompts may fill at once: the
+budget goes to the one with the least left first (`step_chunks`), so a short prompt that arrives
+behind a long one is not held for the whole of it (the mean time to first token is least that
+way), and the rest of a step's budget goes to the next. A long prompt is passed over only by
+prompts shorter than what it has left, and only while they are admitted (the batch's room
+bounds them). When no stream runs, what is left of each is prefilled at once (nobody waits for it).
 
 A chunk's queries attend over the prompt's keys up to their own, through the compiled attention
 (or windowed.py's explicit one), so a prompt's attention is the same however it was cut; its
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .chunk_budget import ChunkBudget
+from .chunk_budget import CHUNK_SHARE, FINISH_SHARE, MOST_SHARE, ChunkBudget
 from .kv_batch import Layers
 from .request import EngineRequest
 
@@ -100,7 +104,13 @@ def step_chunks(fillings: list[Filling], budget: ChunkBudget | None) -> list[Pro
     first (in place: the chunks are those of its first fillings, as many as the budget
     reaches)."""
     fillings.sort(key=lambda filling: filling.left)
-    tokens = budget.tokens(fillings[0].done) if budget is not None and fillings else 0
+    if budget is None or not fillings:
+        return _taken(fillings, 0)
+    first = fillings[0]
+    share = min(CHUNK_SHARE * len(fillings), MOST_SHARE)  # more waiting: more for them
+    tokens = budget.tokens(first.done, share)
+    if tokens > 0 and first.left <= budget.tokens(first.done, max(share, FINISH_SHARE)):
+        tokens = max(tokens, first.left)  # finished now: its first token a step or two sooner
     return _taken(fillings, tokens)
 
 
