@@ -17,7 +17,7 @@ from tritonbox_api.deps import Services
 from tritonbox_api.errors import install_error_handlers
 from tritonbox_api.head import HeadMiddleware
 from tritonbox_api.keys import KeyRing
-from tritonbox_api.processes import per_worker_limit, worker_exited
+from tritonbox_api.processes import per_worker_limit, worker_count, worker_exited
 from tritonbox_api.rate_limit import RateLimitHeadersMiddleware
 from tritonbox_api.routes import (
     adapters,
@@ -97,6 +97,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             worker=presence.id,
             capacity=per_worker_limit(settings, settings.batch_concurrent_requests),
             beside_live=per_worker_limit(settings, settings.batch_requests_beside_live),
+            workers=worker_count(settings),  # they share the pace of line starts
         )
         services.batches.runner = runner  # a batch created or cancelled wakes it
         runner.start()

@@ -10,6 +10,7 @@ from tritonbox_api.deps import Guarded, ServicesDep
 from tritonbox_api.protocol.batches import MAX_WINDOW_TEXT
 from tritonbox_api.protocol.errors import unavailable
 from tritonbox_api.routes.responses import GUARDED, errors
+from tritonbox_api.service.batch_pace import LINES_PER_STEP
 from tritonbox_api.service.batch_room import LIVE_QUIET_S
 from tritonbox_api.triton_gateway import TritonUnavailableError
 from tritonbox_common import parameters as p
@@ -45,6 +46,11 @@ class Limits(BaseModel):
         description="Seconds after the last live request ends during which batch lines still "
         "keep at most batch_requests_beside_live (a client's next request comes within it)."
     )
+    batch_lines_per_step: int = Field(
+        description="New batch lines the api starts per engine step (its time per token as "
+        "recent lines saw it), spaced evenly: lines reach the engine spread out, never as a "
+        "burst whose prefill a live request would wait for."
+    )
     max_completion_window: str = Field(description="Longest batch completion_window.")
     echo_max_prompt_tokens: int = Field(
         description="Longest prompt `echo` with `logprobs` scores (ECHO_MAX_PROMPT_TOKENS)."
@@ -71,6 +77,7 @@ async def limits(services: ServicesDep) -> Limits:
         batch_concurrent_requests=services.settings.batch_concurrent_requests,
         batch_requests_beside_live=services.settings.batch_requests_beside_live,
         batch_live_quiet_s=LIVE_QUIET_S,
+        batch_lines_per_step=LINES_PER_STEP,
         max_completion_window=MAX_WINDOW_TEXT,
         echo_max_prompt_tokens=services.settings.echo_max_prompt_tokens,
     )

@@ -50,14 +50,3 @@ def to_stop(lines: Sequence[L], allowed: int) -> list[L]:
         chosen.append(line)
         excess -= line.slots
     return chosen
-
-
-def fitting(slots: Sequence[int], free: int) -> int:
-    """How many of the lines taking `slots` engine requests each, first first, fit in `free`."""
-    count = 0
-    for each in slots:
-        if each > free:
-            break
-        free -= each
-        count += 1
-    return count

@@ -3,7 +3,8 @@ the app (batch_dispatch.py), records how it ended, and finishes batches whose li
 
 Live traffic first (batch_room.py): as a live request is admitted, lines over its bound stop
 (newest first, as a client leaving stops its request) and go back to pending; live requests keep
-all MAX_CONCURRENT_REQUESTS slots (a line's are counted apart, service/admission.py).
+all MAX_CONCURRENT_REQUESTS slots (a line's are counted apart, service/admission.py). Lines start
+one at a time, spaced by the engine's step (batch_pace.py), so none reaches it as a burst.
 
 Nothing lost, nothing twice: a line is claimed and ended by conditional UPDATEs
 (db/batch_claims.py). A line the engine could not take (503: Triton down or restarting, 429: its
@@ -30,6 +31,7 @@ from tritonbox_api.protocol.batch_lines import CANCELLED, EXPIRED, answered, err
 from tritonbox_api.service import batch_context, batch_room
 from tritonbox_api.service.batch_context import LineContext
 from tritonbox_api.service.batch_dispatch import Answer, dispatch, line_slots
+from tritonbox_api.service.batch_pace import Pace
 from tritonbox_api.service.predictions import PredictionService
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class BatchRunner:
         worker: str,
         capacity: int,
         beside_live: int,
+        workers: int = 1,
     ) -> None:
         self._app = app
         self._database = database
@@ -71,14 +74,16 @@ class BatchRunner:
         self._capacity = capacity  # engine requests, live and batch, with no live traffic
         self._beside_live = beside_live  # batch engine requests while live traffic is present
         self._runs: dict[int, _Run] = {}
+        self._pace = Pace(workers)  # when the next line may start
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._paused_until = 0.0
-        self._recovered_at = 0.0
+        self._paused_until = self._recovered_at = 0.0
+        self._next_round_s = POLL_S  # sooner when the pace lets the next line start sooner
 
     def start(self) -> None:
         self._predictions.on_live(self._make_room)
+        self._predictions.on_line_end(lambda row: self._pace.observe(row.time_per_output_token_s))
         self._task = asyncio.create_task(self._loop(), name="batch-runner")
 
     def wake(self) -> None:
@@ -108,7 +113,7 @@ class BatchRunner:
             except Exception:  # a database hiccup: the next round tries again
                 log.exception("batch runner: a round failed")
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(POLL_S if busy else IDLE_POLL_S):
+                async with asyncio.timeout(self._next_round_s if busy else IDLE_POLL_S):
                     await self._wake.wait()
             self._wake.clear()
 
@@ -143,9 +148,8 @@ class BatchRunner:
         return batch_room.limit(self._capacity, self._beside_live, live, ended, time.monotonic())
 
     def _make_room(self) -> list[LineContext]:
-        """A live request was admitted: it finds room in the engine's batch at once instead of
-        waiting for lines to end. The lines answered stop (PredictionService stops their engine
-        requests before the live one is sent) and go back to pending (_record)."""
+        """A live request was admitted: the lines answered stop to make room for it in the
+        engine's batch (their engine requests stopped before it is sent) and run again later."""
         going = [run for run in self._runs.values() if not run.stop.is_set()]
         stopping = batch_room.to_stop(going, self._limit())
         for run in stopping:
@@ -154,38 +158,40 @@ class BatchRunner:
         return [run.context for run in stopping]
 
     async def _claim(self) -> None:
-        if self._stopping or time.monotonic() < self._paused_until:
-            return
-        limit = self._limit()
-        free = limit - sum(run.slots for run in self._runs.values())
-        if free <= 0:
-            return
-        postgres = not self._database.is_sqlite
+        """Start lines while there is room: one at a time, at the pace's spacing, for POLL_S at
+        most (the round's other checks, a batch's cancel among them, wait no longer)."""
+        self._next_round_s, until = POLL_S, time.monotonic() + POLL_S
+        while not self._stopping and time.monotonic() >= self._paused_until:
+            if (limit := self._limit()) <= sum(run.slots for run in self._runs.values()):
+                return
+            if (wait := self._pace.wait_s(time.monotonic())) == 0:
+                if not await self._start_one(limit):
+                    return  # none pending
+            elif time.monotonic() + wait < until:
+                await asyncio.sleep(wait)
+            else:
+                self._next_round_s = wait  # the next round starts the next line
+                return
+
+    async def _start_one(self, limit: int) -> bool:
+        """Claim the next pending line and start it; whether one was claimed. Should a live
+        request lower the limit while the claim is written, the line goes back to pending at
+        once (it would reach the engine just after the live request, and queue ahead of it)."""
+        postgres, me = not self._database.is_sqlite, self._worker
         lines = await self._database.run(
-            lambda s: batch_claims.claim(s, worker=self._worker, limit=free, postgres=postgres)
+            lambda s: batch_claims.claim(s, worker=me, limit=1, postgres=postgres)
         )
-        lines = await self._within_limit(lines, limit)
-        if not lines:
-            return
-        batches = {line.batch_id for line in lines}
-        keys = await self._database.read(lambda s: batch_store.key_names(s, batches))
-        for line in lines:
+        if lines and self._limit() < limit:
+            await self._give_back(lines)
+        elif lines:
+            line = lines[0]
+            keys = await self._database.read(lambda s: batch_store.key_names(s, {line.batch_id}))
             context = batch_context.of_line(line.batch_id, line.custom_id, keys.get(line.batch_id))
             run = _Run(line=line, slots=line_slots(line.body or "{}"), context=context)
+            self._pace.started(run.slots, run.started)
             self._runs[line.id or 0] = run
             run.task = asyncio.create_task(self._run(run))
-
-    async def _within_limit(self, lines: list[BatchLine], limit: int) -> list[BatchLine]:
-        """The claimed `lines`, less those over the limit if a live request lowered it while the
-        claim was written (they would reach the engine just after it, and queue there ahead of
-        it): those go back to pending at once."""
-        if self._limit() >= limit:
-            return lines
-        free = self._limit() - sum(run.slots for run in self._runs.values())
-        kept = batch_room.fitting([line_slots(line.body or "{}") for line in lines], free)
-        if lines[kept:]:
-            await self._give_back(lines[kept:])
-        return lines[:kept]
+        return bool(lines)
 
     async def _give_back(self, lines: list[BatchLine]) -> None:
         """These lines of this worker back to pending: they run again."""
@@ -194,17 +200,14 @@ class BatchRunner:
 
     async def _run(self, run: _Run) -> None:
         line = run.line
+        url, body = line.url or "", line.body or ""
         try:
             try:
-                answer = await dispatch(
-                    self._app, run.context, line.url or "", line.body or "", run.stop
-                )
+                answer = await dispatch(self._app, run.context, url, body, run.stop)
             except Exception:
                 log.exception("batch %s line %d: the api failed it", line.batch_id, line.line)
-                body = error_body(
-                    "internal error (logged on the server)", param=None, type="server_error"
-                )
-                answer = Answer(500, body, None)
+                message = "internal error (logged on the server)"
+                answer = Answer(500, error_body(message, param=None, type="server_error"), None)
             await self._record(run, answer)
         except Exception:
             log.exception("batch %s line %d: could not record it", line.batch_id, line.line)
@@ -229,14 +232,10 @@ class BatchRunner:
         else:
             outcome = LineOutcome.FAILED
         result = answered(line.custom_id, answer.status, answer.prediction_id, answer.body, code)
+        line_id, me, pid = line.id or 0, self._worker, answer.prediction_id
         ended = await self._database.run(
             lambda s: batch_claims.end_line(
-                s,
-                line_id=line.id or 0,
-                worker=self._worker,
-                outcome=outcome,
-                result=result,
-                prediction_id=answer.prediction_id,
+                s, line_id=line_id, worker=me, outcome=outcome, result=result, prediction_id=pid
             )
         )
         if ended:

@@ -52,6 +52,7 @@ class PredictionService:
         self._recorder = Recorder(database, log_predictions=log_predictions)
         self._admission = Admission(max_concurrent)
         self._stopping: set[asyncio.Task[bool]] = set()  # lines' stops on their way
+        self._on_line_end: Callable[[Prediction], None] | None = None
 
     @property
     def live_slots(self) -> int:
@@ -68,6 +69,11 @@ class PredictionService:
         answers the batch lines that stop to make room for it (their engine requests are
         stopped at once, ahead of the live request's)."""
         self._admission.on_live = callback
+
+    def on_line_end(self, callback: Callable[[Prediction], None]) -> None:
+        """Call `callback` with each batch line's row as its prediction ends (the runner paces
+        its lines by their time per token: service/batch_pace.py)."""
+        self._on_line_end = callback
 
     @property
     def running_ids(self) -> list[str]:
@@ -116,7 +122,13 @@ class PredictionService:
                 after=after,
             )
         )
+        if line is not None:
+            running.producer.add_done_callback(lambda _: self._line_ended(running))
         return running
+
+    def _line_ended(self, running: RunningPrediction) -> None:
+        if self._on_line_end is not None and running.ended is not None:
+            self._on_line_end(running.ended.prediction)
 
     def _stop_lines(self, lines: list[RunningPrediction]) -> None:
         """Stop these batch lines' engine requests now, all at once, for the live request being

@@ -27,6 +27,7 @@ from tritonbox_testing.batch_server import (
 )
 from tritonbox_testing.postgres import RunningPostgres
 
+from tritonbox_api.service.batch_pace import LINES_PER_STEP
 from tritonbox_api.service.batch_room import LIVE_QUIET_S
 
 
@@ -99,6 +100,7 @@ def test_the_batch_limits_answer_413_naming_them(start_api: Callable[..., Runnin
     assert (limits["max_batch_file_bytes"], limits["max_batch_lines"]) == (2000, 3)
     assert (limits["batch_concurrent_requests"], limits["batch_requests_beside_live"]) == (6, 2)
     assert limits["batch_live_quiet_s"] == LIVE_QUIET_S
+    assert limits["batch_lines_per_step"] == LINES_PER_STEP
     assert limits["max_completion_window"] == "168h"
     client = sdk(api)
     with pytest.raises(openai.APIStatusError) as big:

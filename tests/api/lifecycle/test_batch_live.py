@@ -1,12 +1,16 @@
 """Live traffic first, in-process (the fake engine, conftest.py), in the order the engine sees
-things: the stops of the lines a live request makes room for are sent all at once, each once,
-and the live request once they are through; and lines claimed while a live request was being
-admitted never reach the engine beside it (they go back to pending and run after it)."""
+things: lines reach it spread out, never together; the stops of the lines a live request makes
+room for are sent all at once, each once, and the live request once they are through; and lines
+claimed while a live request was being admitted never reach the engine beside it (they go back
+to pending and run after it)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import statistics
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
@@ -14,7 +18,7 @@ import pytest
 from tritonbox_testing.batches import by_id, client, ended, line, output, prediction_rows, submit
 
 from tritonbox_api.db import batch_claims
-from tritonbox_api.service import batch_room
+from tritonbox_api.service import batch_pace, batch_room
 from tritonbox_common.client import Chunk, GenerationRequest
 
 LIVE = {"model": "fake-model", "prompt": "Hi", "max_tokens": 60, "stream": True}
@@ -39,6 +43,38 @@ def watch(engine: Any) -> list[tuple[str, str]]:
 
     engine.stream, engine.stop_request = streamed, stopped
     return seen
+
+
+def test_lines_reach_the_engine_spread_out_not_together(
+    make_stack: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that may fill the engine at once starts its lines an engine step apart
+    (batch_pace.py; FIRST_STEP_S until a line has told its time per token), so the engine never
+    gets them as a burst to prefill together; before, all six reached it within milliseconds."""
+    monkeypatch.setattr(batch_pace, "FIRST_STEP_S", 0.05)
+    monkeypatch.setattr(batch_pace, "LINES_PER_STEP", 1)
+
+    async def main() -> None:
+        async with make_stack(batch_concurrent_requests=6) as stack, client(stack) as api:
+            engine, starts = stack.engine, []
+            stream = engine.stream
+
+            async def timed(request: GenerationRequest) -> AsyncGenerator[Chunk, None]:
+                starts.append(time.monotonic())
+                async for chunk in stream(request):
+                    yield chunk
+
+            engine.stream = timed
+            # 100 tokens at 10 ms: none ends (and tells its time per token) before all started.
+            batch = await submit(api, [line(f"p{i}", 100) for i in range(6)])
+            done = await ended(api, batch["id"])
+            assert done["request_counts"] == {"total": 6, "completed": 6, "failed": 0}
+            gaps = [later - before for before, later in itertools.pairwise(starts)]
+            assert len(starts) == 6, starts
+            # A step apart: 0.25 s from the first to the last (the route's own time varies).
+            assert starts[-1] - starts[0] >= 0.2 and statistics.median(gaps) >= 0.04, gaps
+
+    asyncio.run(main())
 
 
 def test_the_lines_stops_go_out_before_the_live_request_each_once(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tritonbox_api.service.batch_room import LIVE_QUIET_S, fitting, limit, to_stop
+from tritonbox_api.service.batch_room import LIVE_QUIET_S, limit, to_stop
 
 
 @dataclass
@@ -37,10 +37,3 @@ def test_the_newest_lines_stop_first_until_the_rest_fit() -> None:
     assert [x.name for x in to_stop(lines, 2)] == ["n3"]  # 5 - 3 = 2: enough
     assert [x.name for x in to_stop(lines, 0)] == ["n3", "mid", "old"]
     assert to_stop(lines, 5) == [] and to_stop([], 0) == []
-
-
-def test_claimed_lines_that_fit_a_lowered_limit_first_first() -> None:
-    assert fitting([1, 2, 1], 3) == 2
-    assert fitting([1, 2, 1], 4) == 3
-    assert fitting([2, 1], 1) == 0  # in claim order: a later line does not jump ahead
-    assert fitting([1, 1], 0) == 0 and fitting([], 5) == 0
