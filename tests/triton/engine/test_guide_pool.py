@@ -2,10 +2,11 @@
 xgrammar really takes seconds over (each distinct `.{1,1000}` about 1.5 s on this machine) leaves
 other requests admitted and answered meanwhile; past the time limit its request is refused naming
 the guide and the limit, and its trial's process is killed at the limit and replaced, so the
-next guide compiles at once; requests with one guide share one compilation; past MAX_WAITING a
-request is refused at once with a full queue's words; a compilation nobody waits for any longer
-never starts; one past LOWER_AFTER_S goes on at the lowest priority; a trial past its memory
-bound is refused as too large.
+next guide compiles at once, and that guide sent again is refused at once (guide_late.py);
+requests with one guide share one compilation; past MAX_WAITING a request is refused at once
+with a full queue's words; a compilation nobody waits for any longer never starts; one past
+LOWER_AFTER_S goes on at the lowest priority; a trial past its memory bound is refused as too
+large.
 
 `Recording` sees (and gates) the compilation in the engine's process, which follows a trial
 that ended in a worker process."""
@@ -23,6 +24,7 @@ import pytest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tritonbox_triton.engine.grammar import Guide, GuideCompiler
+from tritonbox_triton.engine.guide_late import LateGuides
 from tritonbox_triton.engine.guide_pool import GuidePool
 from tritonbox_triton.engine.guide_process import LOWER_AFTER_S
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
@@ -197,10 +199,39 @@ def test_a_trial_past_the_limit_is_killed_and_the_next_guide_compiles_at_once(
     pool.request(("regex", "[0-9]+z"), cheap.ready, cheap.refuse)
     assert cheap.done.wait(60) and cheap.guide is not None, cheap.refusal
     assert time.monotonic() - started < 1.0
-    # The same slow guide sent again is tried again, and killed again: nothing was cached.
+
+
+def test_a_guide_past_the_limit_is_remembered_and_refused_at_once_when_sent_again(
+    compiler: Recording, make_pool: Any
+) -> None:
+    """Sent again, a guide whose trial was killed at the limit is refused on the request's own
+    thread with the same words: no new trial, no worker's process killed for it."""
+    pool = make_pool(timeout_s=1.0)
+    before = set(pool.pids())
+    first = Answers(compiler.events, "first")
+    pool.request(SLOW, first.ready, first.refuse)
+    assert first.done.wait(60) and first.refusal is not None
+    _until(lambda: len(set(pool.pids()) - before) == 1, timeout_s=30)  # its worker's new process
+    pids = pool.pids()
+    started = time.monotonic()
     again = Answers(compiler.events, "again")
     pool.request(SLOW, again.ready, again.refuse)
-    assert again.done.wait(60) and again.refusal is not None
+    assert again.done.is_set() and time.monotonic() - started < 0.2
+    assert again.refusal == first.refusal
+    assert "limit of 1 s (GUIDE_COMPILE_TIMEOUT_S)" in again.refusal
+    assert pool.waiting() == 0 and pool.running() == 0
+    time.sleep(0.3)  # time for a wrongly started trial to show
+    assert pool.running() == 0 and pool.pids() == pids
+
+
+def test_the_late_guides_kept_are_the_last_sent() -> None:
+    late = LateGuides(kept=2)
+    late.add(("regex", "a"))
+    late.add(("regex", "b"))
+    assert ("regex", "a") in late  # sent again: now the most recent
+    late.add(("json_schema", "c"))
+    assert ("regex", "b") not in late and ("regex", "a") in late and ("json_schema", "c") in late
+    assert ("json_schema", "a") not in late  # the type is part of the key
 
 
 def test_a_trial_past_its_memory_bound_is_refused_as_too_large(

@@ -11,7 +11,8 @@ own (guide_process.py), and compiles it here only once that trial ended (the sam
 too), then caches it. What a guide may take is bounded:
 
 - a trial runs at most `timeout_s` (GUIDE_COMPILE_TIMEOUT_S): past it, its process is killed
-  (SIGKILL) and replaced, and the requests still waiting for the guide are refused;
+  (SIGKILL) and replaced, and the requests still waiting for the guide are refused; so is, at
+  once and without a trial, a request for one of the last LATE_KEPT such (guide_late.py);
 - a request waits at most `timeout_s` from its arrival, then fails with an error naming its guide
   input and the limit (the api: a 400 naming the client's field);
 - past MAX_WAITING waiting requests, one more is refused at once with TensorRT-LLM's "Maximum
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from tritonbox_common.guided import GUIDE_INPUT
 
 from .grammar import Guide, GuideCompiler, GuideKey
+from .guide_late import LateGuides, late
 from .guide_process import MEMORY_BYTES, GuideProcess, compiled, start_process
 
 log = logging.getLogger(__name__)
@@ -83,9 +85,8 @@ class GuidePool:
         self._compilations: dict[GuideKey, _Compilation] = {}  # not started, or running
         self._queued: deque[_Compilation] = deque()  # not started, oldest first
         self._processes: dict[int, GuideProcess] = {}  # each worker's, by its number
-        self._running = 0
-        self._waiting = 0
-        self._closed = False
+        self._late = LateGuides()  # guides whose trial was killed at the limit
+        self._running, self._waiting, self._closed = 0, 0, False
         info = compiler.tokenizer_info.serialize_json()
         for number in range(workers):  # started here: the engine is ready once they are
             process = self._start(number, info, memory_bytes)
@@ -113,7 +114,7 @@ class GuidePool:
             _deliver(_Waiter(ready, refuse, 0.0), cached)
             return
         with self._lock:
-            refusal = self._refusal()
+            refusal = self._refusal(key)
             if refusal is None:
                 self._waiting += 1
                 compilation = self._compilations.get(key)
@@ -127,9 +128,11 @@ class GuidePool:
         if refusal is not None:
             _refuse(_Waiter(ready, refuse, 0.0), refusal)
 
-    def _refusal(self) -> str | None:
-        if self._closed or self._waiting < self._max_waiting:
-            return STOPPING if self._closed else None
+    def _refusal(self, key: GuideKey) -> str | None:
+        if self._closed or key in self._late:  # the latter would only be late again
+            return STOPPING if self._closed else late(key, self._timeout_s)
+        if self._waiting < self._max_waiting:
+            return None
         return (f"{GUIDE_INPUT}: Maximum queue size of {self._max_waiting} requests waiting for a "
                 "guide to compile has been reached, please try again later")  # fmt: skip
 
@@ -166,16 +169,19 @@ class GuidePool:
             if kind in ("late", "ended"):  # killed at the limit, or died: a new one is started
                 process.end()
                 process = None
-            self._finish(compilation, guide, self._late(key) if kind == "late" else message)
+            self._finish(compilation, guide, message, kind == "late")
         if process is not None:
             process.end()
 
-    def _finish(self, compilation: _Compilation, guide: Guide | None, error: str) -> None:
+    def _finish(self, job: _Compilation, guide: Guide | None, error: str, was_late: bool) -> None:
+        error = late(job.key, self._timeout_s) if was_late else error
         with self._lock:
-            if self._compilations.get(compilation.key) is compilation:
-                del self._compilations[compilation.key]
+            if was_late:  # remembered as its compilation ends: no new trial for it
+                self._late.add(job.key)
+            if self._compilations.get(job.key) is job:
+                del self._compilations[job.key]
             self._running -= 1
-            waiters, compilation.waiters = compilation.waiters, []
+            waiters, job.waiters = job.waiters, []
             self._waiting -= len(waiters)
             self._new_deadline.notify()
         for waiter in waiters:
@@ -191,7 +197,7 @@ class GuidePool:
                 if not expired:
                     self._new_deadline.wait(None if wake == INF else wake - time.monotonic())
             for key, waiter in expired:
-                _refuse(waiter, self._late(key))
+                _refuse(waiter, late(key, self._timeout_s))
 
     def _expire(self, now: float) -> tuple[list[tuple[GuideKey, _Waiter]], float]:
         """Waiters past their deadline (taken out), and the next deadline (the lock held)."""
@@ -207,12 +213,6 @@ class GuidePool:
                 self._queued.remove(compilation)  # nobody waits for it: its place goes on
                 del self._compilations[key]
         return expired, wake
-
-    def _late(self, key: GuideKey) -> str:
-        return (f"{GUIDE_INPUT}: the {key[0]} was not compiled within the engine's limit of "
-                f"{self._timeout_s:g} s (GUIDE_COMPILE_TIMEOUT_S), where its compilation is "
-                "stopped; a simpler one compiles sooner (fewer bounded repetitions such as "
-                ".{1,1000} or a maxLength)")  # fmt: skip
 
     def close(self) -> None:
         """Refuse every waiting request and kill the workers' processes (a compilation in this
