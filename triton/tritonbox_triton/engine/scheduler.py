@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -62,7 +63,8 @@ class InflightBatcher:
         kernel_dir: Path | None = None,
         timings: EngineTimings = DEFAULT_TIMINGS,
     ) -> None:
-        self._threads = threads  # torch threads of the engine's thread (0: torch's default)
+        # 0: every core it may use (not torch's default: a new thread inherits set_num_threads(1))
+        self._threads = threads or len(os.sched_getaffinity(0))
         self._limits = limits
         self._timings = timings
         self._max_batch_size = max_batch_size
@@ -154,9 +156,8 @@ class InflightBatcher:
             self._slice = request_slice()
         finally:
             self._slice_set.set()
-        if self._threads > 0:
-            # OpenMP's thread count is per calling thread: the engine's own (start() says more).
-            torch.set_num_threads(self._threads)
+        # OpenMP's thread count is per calling thread: the engine's own (start() says more).
+        torch.set_num_threads(self._threads)
         trimmed = True  # nothing freed yet
         while not self._queue.stopping:
             trimmed = trimmed and not (self._batch.running or len(self._queue))
