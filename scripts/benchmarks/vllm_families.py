@@ -22,23 +22,20 @@ REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "benchmark-vllm-families.md"
 OURS = "TritonBox api"
 DISTURBED = 0.25  # cores the rest of the machine may use before a row is marked
-# Why an 8-stream row can fall below vLLM, per the commit each row names: Triton's dynamic
-# batcher in front of the cpu model (its config.pbtxt, the probe's figures), or a slower step.
+# How to read the rows: each ran on the machine and at the commit it names; why an 8-stream row
+# fell below vLLM (the dynamic batcher once in front of the cpu model, or a slower step).
 EIGHT_STREAMS = [
-    "**Reading the 8-stream rows.** A batch's tok/s is its tokens over the time until its last "
-    "request ends, so one request started late costs the whole batch. The rows measured at "
-    "4fb71a0 had Triton's dynamic batcher in front of the cpu engine's model: a request that "
-    "reached tritonserver while the model's instance was in or leaving `execute()` could wait "
-    "there for the batcher's 500 ms default, start its tokens ~0.5 s after its wave and end "
-    "alone, 7–12% of a 16-request batch's tok/s (random qwen3 at 8 streams: 0.83 × vLLM). "
-    "The model has no dynamic batcher now (its config.pbtxt: 3–18 of 96 requests stalled in "
-    "each probe run with it, none without). Measured without it at aaab1a0, at 8 streams: "
-    "random qwen2 1.08 × vLLM (TritonBox 271 → 288 tok/s; vLLM's own 8-stream figure moved "
-    "from 302 to 265 between the two runs), random qwen3 0.93 (232 → 262), the Gemma 3 270M "
-    "0.91 (170 → 192). The two still below vLLM are slower per step (TPOT 28.7 / 27.0 and "
-    "39.8 / 36.9 ms) and to their first tokens (TTFT p50 152 / 113 and 180 / 136 ms), with "
-    "TritonBox's two turns within 2% of each other. Short runs like these move by ~10%: a "
-    "ratio within ~0.1 of 1 says little.",
+    "**Reading the rows.** Each row names the commit and hour it ran. The rows of "
+    "2026-11-29 ran on an AMD EPYC with AVX512-BF16 and no AMX, the earlier ones on an "
+    "Intel machine with AMX: compare within a row, not across dates. A batch's tok/s is its "
+    "tokens over the time until its last request ends, so one request started late costs "
+    "the whole batch (rows at 4fb71a0 had Triton's dynamic batcher in front of the cpu "
+    "model, which held such a request up to 500 ms; the model has none now). On the AMD "
+    "machine at cabf7fb: random qwen3 1.00 / 1.00 × vLLM at 1 / 8 streams, random "
+    "gemma3_text 0.97 / 0.97, slower per step (TPOT 24.8 against 23.9 ms at 8 streams) with "
+    "TTFT p50 about even (255 / 252 ms). The Gemma 3 270M package's 0.91 at 8 streams is "
+    "the Intel machine's (aaab1a0; TPOT 39.8 against 36.9 ms). Short runs like these move "
+    "by ~10%: a ratio within ~0.1 of 1 says little.",
 ]
 
 
