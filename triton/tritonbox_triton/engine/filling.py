@@ -109,8 +109,10 @@ def step_chunks(fillings: list[Filling], budget: ChunkBudget | None) -> list[Pro
     first = fillings[0]
     share = min(CHUNK_SHARE * len(fillings), MOST_SHARE)  # more waiting: more for them
     tokens = budget.tokens(first.done, share)
-    if tokens > 0 and first.left <= budget.tokens(first.done, max(share, FINISH_SHARE)):
-        tokens = max(tokens, first.left)  # finished now: its first token a step or two sooner
+    # Within FINISH_SHARE it is finished now: its first token a step or two sooner.
+    finishing = tokens if share >= FINISH_SHARE else budget.tokens(first.done, FINISH_SHARE)
+    if tokens > 0 and first.left <= finishing:
+        tokens = max(tokens, first.left)
     return _taken(fillings, tokens)
 
 
