@@ -109,3 +109,35 @@ def test_several_prompts_filling_get_a_larger_share_of_a_step() -> None:
     assert sum(c.end - c.start for c in three) == budget.tokens(0, min(3 * CHUNK_SHARE, MOST_SHARE))
     added = _step_with(*(Piece(c.start, c.end) for c in three)) - STEP_S
     assert added <= MOST_SHARE * STEP_S
+
+
+def test_a_prompt_is_whole_while_it_costs_at_most_the_limit() -> None:
+    """timings.whole_prefill_s: a prompt that cheap is prefilled whole beside streams. Before
+    any cost is known, one that fits a chunk's most; then by the passes' time per token; then
+    by the fit over chunks, which counts the keys a late token attends."""
+    budget = ChunkBudget(512)
+    assert budget.whole(0, 512, 0.5) and not budget.whole(0, 513, 0.5)
+    budget.passed(0.2, 400)  # 0.5 ms a token
+    assert budget.whole(0, 1000, 0.5) and not budget.whole(0, 1001, 0.5)
+    budget.observed(STEP_S)
+    for start in range(0, 1200, 48):
+        chunk = Piece(start, start + 32)
+        budget.observed(_step_with(chunk), [chunk])
+    cost = PER_TOKEN * 1000 + PER_KEY * keys_attended(0, 1000)
+    assert budget.seconds(0, 1000) == pytest.approx(cost, rel=1e-3)
+    assert budget.whole(0, 1000, cost * 1.01) and not budget.whole(0, 1000, cost * 0.99)
+    assert not budget.whole(2000, 1000, cost * 1.01)  # its keys cost more late in a prompt
+
+
+def test_a_filling_prompt_to_finish_whole_goes_first_and_whole() -> None:
+    budget = ChunkBudget(4096)
+    budget.observed(STEP_S)
+    for start in range(0, 1200, 48):
+        chunk = Piece(start, start + 32)
+        budget.observed(_step_with(chunk), [chunk])
+    long, short = _filling(3000), _filling(600)
+    short.whole = True
+    assert short.left > budget.tokens(0, FINISH_SHARE)  # cut, were it not whole
+    chunks = step_chunks([long, short], budget)
+    assert (chunks[0].start, chunks[0].end, chunks[0].last) == (0, 600, True)
+    assert sum(c.end - c.start for c in chunks) == max(600, budget.tokens(0, MOST_SHARE))

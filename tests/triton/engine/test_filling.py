@@ -110,7 +110,7 @@ class _Watched:
 def test_a_long_prompt_fills_in_chunks_beside_running_streams(llama: Path, make_sink: Any) -> None:
     """The running streams keep getting tokens while a long prompt comes in, one chunk a step
     (counted, not timed), and every answer is still stock transformers' in float32."""
-    engine = _engine(llama, prefill_chunk_tokens=CHUNK, prefix_cache_bytes=0)
+    engine = _engine(llama, prefill_chunk_tokens=CHUNK, prefix_cache_bytes=0, whole_prefill_s=0)
     streams = [_prompt(20, seed=2), _prompt(25, seed=3)]
     long_prompt = _prompt(300, seed=4)
     try:
@@ -134,6 +134,37 @@ def test_a_long_prompt_fills_in_chunks_beside_running_streams(llama: Path, make_
     assert long_answer == _stock_greedy(llama, long_prompt, 8)
     for prompt, answer in zip(streams, answers, strict=True):
         assert answer == _stock_greedy(llama, prompt, 120)
+
+
+def test_a_prompt_that_costs_little_is_prefilled_whole_beside_running_streams(
+    llama: Path, make_sink: Any
+) -> None:
+    """Within whole_prefill_s (timings.py) a prompt longer than a chunk is one pass as it
+    arrives: its first token comes a step or so after the streams' last, not a chunk a step,
+    and every answer is still stock transformers' in float32."""
+    engine = _engine(llama, prefill_chunk_tokens=CHUNK, prefix_cache_bytes=0)
+    streams = [_prompt(20, seed=2), _prompt(25, seed=3)]
+    prompt = _prompt(300, seed=4)
+    try:
+        sinks = [make_sink() for _ in streams]
+        for stream, sink in zip(streams, sinks, strict=True):
+            engine.submit(EngineRequest(stream, _params(120), sink, [], []))
+        while min(len(sink.tokens) for sink in sinks) < 2:
+            sinks[0].done.wait(0.01)
+        before = [len(sink.tokens) for sink in sinks]
+        watched = _Watched(make_sink(), sinks)
+        engine.submit(EngineRequest(prompt, _params(8), watched, [], []))
+        answer = watched.sink.wait(300).tokens
+        answers = [sink.wait(300).tokens for sink in sinks]
+    finally:
+        engine.stop()
+    assert engine._batch.budget.seconds(0, len(prompt)) is not None  # decided by its cost
+    assert watched.others_at_first is not None
+    for had, at_first in zip(before, watched.others_at_first, strict=True):
+        assert at_first - had <= 2, (had, at_first)  # in chunks of 32: ten steps or more
+    assert answer == _stock_greedy(llama, prompt, 8)
+    for stream, stream_answer in zip(streams, answers, strict=True):
+        assert stream_answer == _stock_greedy(llama, stream, 120)
 
 
 def test_a_prompt_that_starts_as_an_earlier_one_continues_from_its_keys(
@@ -160,7 +191,7 @@ def test_long_prompts_fill_together_beside_a_stream(llama: Path, make_sink: Any)
     """Three long prompts arriving while a stream runs fill together: the step's budget goes
     to the one with the least left first, so the shortest, sent after two long ones, is not
     held for them, and every answer is stock transformers' in float32."""
-    engine = _engine(llama, prefill_chunk_tokens=CHUNK)
+    engine = _engine(llama, prefill_chunk_tokens=CHUNK, whole_prefill_s=0)
     prompts = [_prompt(20, seed=8), _prompt(200, seed=9), _prompt(180, seed=10),
                _prompt(70, seed=11)]  # fmt: skip
     try:

@@ -10,6 +10,7 @@ keys and values (filling.py, prefix_cache.py)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import torch
@@ -42,6 +43,7 @@ class BatchPrefill:
         self.fillings: list[Filling] = []  # prompts prefilled in chunks (step_chunks orders them)
         self.prefixes = PrefixCache(timings.prefix_cache_bytes)
         self.budget = ChunkBudget(timings.prefill_chunk_tokens)
+        self._whole_s = timings.whole_prefill_s  # a prompt this cheap is never cut
 
     def _start(self, requests: list[EngineRequest], logits: torch.Tensor,
                layers: list[Layers]) -> None:  # fmt: skip
@@ -102,7 +104,9 @@ class BatchPrefill:
         if self._lora_rows is not None:
             self._lora_rows.use([None] * len(prompts))
         if self.fast_step is not None:
+            began = time.perf_counter()
             logits, layers = self.fast_step.prefill(prompts)
+            self.budget.passed(time.perf_counter() - began, sum(map(len, prompts)))
         else:
             logits, layers = prefill.prefill_together(self.model, prompts)
         self.counts["context"] += len(requests)
@@ -121,9 +125,15 @@ class BatchPrefill:
 
     def chunked(self, request: EngineRequest, busy: bool) -> bool:
         """Whether `request`, admitted now, would be prefilled in chunks beside running streams
-        (`busy`; filling.py)."""
-        chunk = self.budget.tokens()
-        return busy and len(request.prompt) > chunk > 0 and self._fillable(request)
+        (`busy`; filling.py): a prompt longer than a chunk that costs more than
+        `whole_prefill_s`."""
+        chunk, length = self.budget.tokens(), len(request.prompt)
+        return (
+            busy
+            and length > chunk > 0
+            and self._fillable(request)
+            and not self.budget.whole(0, length, self._whole_s)
+        )
 
     def _fillable(self, request: EngineRequest) -> bool:
         shareable = prefill.shareable(request.params, request.lora is not None)
@@ -139,7 +149,9 @@ class BatchPrefill:
         """`request` among `fillings`, from its cached prefix if any (filling.py)."""
         assert self.fast_step is not None
         prefix = self.prefixes.lookup(request.prompt)
-        self.fillings.append(Filling(request, self.fast_step.kv_layout(), prefix))
+        filling = Filling(request, self.fast_step.kv_layout(), prefix)
+        filling.whole = self.budget.whole(filling.done, filling.left, self._whole_s)
+        self.fillings.append(filling)
 
     def drop_fillings(self, cancelled: Callable[[EngineRequest], bool]) -> list[EngineRequest]:
         """The filling prompts whose requests are `cancelled`, taken out."""

@@ -33,7 +33,7 @@ FIRST_CHUNK = 32  # tokens, before any step's cost is known
 # prompt even 16 tokens' attention cost more than the share (~50 ms at position 2,000 beside 4
 # streams), so the smallest chunk is small.
 SMALLEST_CHUNK = 4
-_EMA = 0.2  # the weight of a new plain step's time
+_EMA = 0.2  # the weight of a new plain step's time (and of a pass's, per token)
 _DECAY = 0.9  # the weight each older observation keeps in the fit, per new one
 
 
@@ -59,6 +59,7 @@ class ChunkBudget:
         self.per_token = 0.0  # seconds a chunk token adds, for its products
         self.per_key = 0.0  # seconds each key a chunk token attends adds
         self._sums = [0.0] * 5  # decayed sums of t², t·k, k², t·y, k·y (t tokens, k keys)
+        self.pass_per_token: float | None = None  # seconds a prefill pass took per token
 
     def tokens(self, start: int = 0, share: float = CHUNK_SHARE) -> int:
         """How many tokens of a prompt already filled up to `start` the next step carries, for
@@ -75,6 +76,30 @@ class ChunkBudget:
         )
         fitting -= fitting % SMALLEST_CHUNK
         return max(SMALLEST_CHUNK, min(self.most, fitting))
+
+    def seconds(self, start: int, tokens: int) -> float | None:
+        """What `tokens` prompt tokens from position `start` cost to prefill: by the fit over
+        chunks where it has been made, else by the passes' time per token (which counts a
+        pass's reading of the weights too: more than the tokens' own cost); None: not known."""
+        if self.per_token > 0 or self.per_key > 0:
+            return self.per_token * tokens + self.per_key * keys_attended(start, tokens)
+        return None if self.pass_per_token is None else self.pass_per_token * tokens
+
+    def whole(self, start: int, tokens: int, limit_s: float) -> bool:
+        """Whether the rest of a prompt, `tokens` from `start`, costs at most `limit_s`, so that
+        it is prefilled whole beside running streams (timings.whole_prefill_s); before any cost
+        is known, whether it fits a chunk's most."""
+        if limit_s <= 0:
+            return False
+        cost = self.seconds(start, tokens)
+        return tokens <= self.most if cost is None else cost <= limit_s
+
+    def passed(self, seconds: float, tokens: int) -> None:
+        """A prefill pass of `tokens` prompt tokens in all took `seconds`."""
+        if tokens > 0:
+            rate = seconds / tokens
+            old = self.pass_per_token
+            self.pass_per_token = rate if old is None else (1 - _EMA) * old + _EMA * rate
 
     def observed(self, seconds: float, chunks: Sequence[Chunk] = ()) -> None:
         """A step took `seconds`, carrying `chunks` of prompts (none: a plain step)."""

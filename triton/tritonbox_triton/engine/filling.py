@@ -9,9 +9,11 @@ arithmetic. TensorRT-LLM (`enable_chunked_context`) and vLLM (`--enable-chunked-
 same with a token budget per step. Here the budget comes from what the engine observes
 (chunk_budget.py): as many tokens as cost about `CHUNK_SHARE` of a step without them, so the
 running streams' time per token stays under twice its steady value on any machine and model,
-up to `prefill_chunk_tokens` (timings.py). A prompt whose rest costs at most `FINISH_SHARE`
-(a whole plain step) is finished in one step: on mixed traffic cut at `CHUNK_SHARE` a prompt took
-a step more to its first token and the batch ran emptier. With several prompts filling, the
+up to `prefill_chunk_tokens` (timings.py). Only prompts that cost more than
+`whole_prefill_s` come in chunks: a shorter one is prefilled whole as it arrives (a pass of its
+own, or, continuing from a cached prefix, its whole rest in the next step). A prompt whose rest
+costs at most `FINISH_SHARE` (a whole plain step) is finished in one step: cut at `CHUNK_SHARE`
+it took a step more to its first token and the batch ran emptier. With several prompts filling, the
 step's share grows with their number (`CHUNK_SHARE` each, up to `MOST_SHARE`): their users wait
 for a first token while the streams' time per token rises. Several prompts may fill at once: the
 budget goes to the one with the least left first (`step_chunks`), so a short prompt that arrives
@@ -69,6 +71,7 @@ class Filling:
         self.keys = [torch.empty(shape, dtype=dtype) for _ in range(layers)]
         self.values = [torch.empty_like(keys) for keys in self.keys]
         self.done = 0
+        self.whole = False  # finished in the next step (BatchPrefill: a short rest)
         if prefix is not None:
             self.done = prefix[0][0].shape[2]
             for index, (keys, values) in enumerate(prefix):
@@ -100,15 +103,17 @@ class Filling:
 
 def step_chunks(fillings: list[Filling], budget: ChunkBudget | None) -> list[PromptChunk]:
     """The next chunks, as many tokens as `budget` gives a step (None, or a budget of 0: the
-    whole of what is left of each): `fillings` are put in order of what they have left, least
-    first (in place: the chunks are those of its first fillings, as many as the budget
-    reaches)."""
-    fillings.sort(key=lambda filling: filling.left)
+    whole of what is left of each): `fillings` are put in order, those to finish whole first,
+    then by what they have left, least first (in place: the chunks are those of its first
+    fillings, as many as the budget reaches)."""
+    fillings.sort(key=lambda filling: (not filling.whole, filling.left))
     if budget is None or not fillings:
         return _taken(fillings, 0)
     first = fillings[0]
     share = min(CHUNK_SHARE * len(fillings), MOST_SHARE)  # more waiting: more for them
     tokens = budget.tokens(first.done, share)
+    if whole := sum(filling.left for filling in fillings if filling.whole):
+        return _taken(fillings, max(tokens, whole))  # short rests first, whole
     # Within FINISH_SHARE it is finished now: its first token a step or two sooner.
     finishing = tokens if share >= FINISH_SHARE else budget.tokens(first.done, FINISH_SHARE)
     if tokens > 0 and first.left <= finishing:
