@@ -4,10 +4,9 @@ One background thread owns the model. Each iteration it drops cancelled sequence
 (cancellation.py), admits waiting requests, waiting a moment first for the rest of a burst or a
 wave (admission.py; those that arrived together prefilled in one pass, first tokens sent at
 once), then runs one decode step for every running sequence together (running_batch.py), whose
-tokens leave through responses.py. A request that arrives while others decode therefore waits
-at most for the step in progress, and a finished or cancelled sequence leaves the batch before
-the next step. Idle, the thread sleeps, and gives freed memory back once (heap.py). The waits
-and thresholds are `EngineTimings` (timings.py).
+tokens leave through responses.py; a finished or cancelled sequence leaves before the next
+step. Idle, the thread sleeps, and gives freed memory back once (heap.py). The waits and
+thresholds are `EngineTimings` (timings.py).
 
 transformers' own continuous batching (`init_continuous_batching`) was not used: its per-request
 settings cover temperature, top-k and top-p only, not penalties, min_tokens, seeds or word
@@ -87,8 +86,7 @@ class InflightBatcher:
 
     @property
     def _fast_step(self) -> DecodeStep | None:
-        """The written-out step (None: the model's forward); the tests and benchmarks read it,
-        and replace it to measure the forward."""
+        """The written-out step (None: the model's forward); tests and benchmarks replace it."""
         return self._batch.fast_step
 
     @_fast_step.setter
@@ -126,11 +124,9 @@ class InflightBatcher:
         """Serve on a thread of its own, with `threads` torch threads.
 
         Its caller should then run no parallel torch work of its own (torch.set_num_threads(1)):
-        libgomp keeps a team of workers for every thread that starts a parallel region, and once
-        more workers exist than cores it stops spinning between regions. Each of a step's ~200
-        matrix products then waits for its worker to wake: a decode step took 57 ms instead of
-        27 ms (docs/cpu-engine.md).
-        """
+        libgomp keeps a team of workers per thread that starts a parallel region; with more
+        workers than cores they stop spinning, and each of a step's ~200 products waits for its
+        worker to wake (a step took 57 ms, not 27: docs/cpu-engine.md)."""
         self._thread = threading.Thread(target=self._loop, name="inflight-batcher", daemon=True)
         self._thread.start()
         self._slice_set.wait(10)  # for describe()
@@ -191,12 +187,16 @@ class InflightBatcher:
         if batch.fillings:
             cancelled = functools.partial(self._cancels.is_cancelled, ask_client=ask_clients)
             self._cancels.cancel(batch.drop_fillings(cancelled))
-        if self._admit(queue.first_pass(busy=bool(batch.running))):
+        busy, began = bool(batch.running), time.monotonic()
+        if self._admit(queue.first_pass(busy=busy)):
             # The rest of a wave split in passes (admission.py), and those that came in during a
-            # prefill, take theirs now rather than after a step: the step then runs for all of
-            # them, which costs little more than for the first (its products read the weights
-            # once either way), and they stay in step. A large rest is split again, as a wave.
-            while self._admit(queue.next_pass(), burst=True):
+            # prefill, take theirs now rather than after a step, which then runs for all of
+            # them (reading the weights once) and keeps them in step. Streams that ran before
+            # wait for such passes up to whole_prefill_s, long prompts in chunks (timings.py).
+            limit = self._timings.whole_prefill_s
+            while (not busy or time.monotonic() - began < limit) and self._admit(
+                queue.next_pass(), burst=not busy
+            ):
                 pass
         # Stops that came during the prefills act before the step rather than after it: a
         # live request's stops of batch lines (the api's) then save the lines' next step.
