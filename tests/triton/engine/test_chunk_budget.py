@@ -113,12 +113,11 @@ def test_several_prompts_filling_get_a_larger_share_of_a_step() -> None:
 
 def test_a_prompt_is_whole_while_it_costs_at_most_the_limit() -> None:
     """timings.whole_prefill_s: a prompt that cheap is prefilled whole beside streams. Before
-    any cost is known, one that fits a chunk's most; then by the passes' time per token; then
-    by the fit over chunks, which counts the keys a late token attends."""
+    any cost is known, one that fits a chunk's most; then by the fit over chunks, which counts
+    the keys a late token attends; then by the passes, a fixed part and a part per token."""
     budget = ChunkBudget(512)
     assert budget.whole(0, 512, 0.5) and not budget.whole(0, 513, 0.5)
-    budget.passed(0.2, 400)  # 0.5 ms a token
-    assert budget.whole(0, 1000, 0.5) and not budget.whole(0, 1001, 0.5)
+    assert not budget.whole(0, 10, 0.0)  # 0: every prompt longer than a chunk in chunks
     budget.observed(STEP_S)
     for start in range(0, 1200, 48):
         chunk = Piece(start, start + 32)
@@ -127,6 +126,11 @@ def test_a_prompt_is_whole_while_it_costs_at_most_the_limit() -> None:
     assert budget.seconds(0, 1000) == pytest.approx(cost, rel=1e-3)
     assert budget.whole(0, 1000, cost * 1.01) and not budget.whole(0, 1000, cost * 0.99)
     assert not budget.whole(2000, 1000, cost * 1.01)  # its keys cost more late in a prompt
+    budget.passed(0.012, 3)  # a short pass is mostly its fixed part: 10 ms + 0.4 ms a token
+    for tokens in (40, 300, 120):
+        budget.passed(0.010 + 0.0004 * tokens, tokens)
+    assert budget.seconds(0, 1000) == pytest.approx(0.41, rel=0.02)
+    assert budget.whole(0, 1000, 0.42) and not budget.whole(0, 1000, 0.40)
 
 
 def test_a_filling_prompt_to_finish_whole_goes_first_and_whole() -> None:

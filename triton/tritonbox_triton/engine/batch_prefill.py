@@ -62,7 +62,7 @@ class BatchPrefill:
         busy = bool(self.running) and not burst
         filling = [r for r in admitted if self._fills(r, busy)]
         chunked = {id(r) for r in filling}
-        self._prefill_now([r for r in admitted if id(r) not in chunked])
+        self._prefill_now([r for r in admitted if id(r) not in chunked], busy)
         for request in filling:
             try:
                 self._start_filling(request)
@@ -78,7 +78,12 @@ class BatchPrefill:
             request.sink.on_error(f"prefill failed: {error}")
             self._observer.on_finished("error")
 
-    def _prefill_now(self, admitted: list[EngineRequest]) -> None:
+    def _prefill_now(self, admitted: list[EngineRequest], busy: bool) -> None:
+        """`admitted`'s passes. A lone prompt takes the exact path for its length (checked
+        once per length, at about the cost of its pass) at an idle engine only: beside
+        running streams, with every prompt a new length, the checks doubled the time to first
+        token, so there it is one pass, whose values may move within bfloat16's rounding as a
+        shared pass's do (docs/cpu-engine.md, exactness)."""
         shared = [r for r in admitted if prefill.shareable(r.params, r.lora is not None)]
         shared_ids = {id(r) for r in shared}
         runs = [[shared[i] for i in run] for run in prefill.groups([r.prompt for r in shared])]
@@ -86,7 +91,8 @@ class BatchPrefill:
         for run in runs:
             try:
                 lone = run[0] if len(run) == 1 and id(run[0]) in shared_ids else None
-                if len(run) > 1 or (lone is not None and self._lone_exact(lone)):
+                once = lone is not None and self.fast_step is not None and busy
+                if len(run) > 1 or once or (lone is not None and self._lone_exact(lone)):
                     self.prefill_shared(run)
                 elif lone is not None and self._twin_exact(lone):
                     self.prefill_shared(run, copies=2)

@@ -59,7 +59,7 @@ class ChunkBudget:
         self.per_token = 0.0  # seconds a chunk token adds, for its products
         self.per_key = 0.0  # seconds each key a chunk token attends adds
         self._sums = [0.0] * 5  # decayed sums of t², t·k, k², t·y, k·y (t tokens, k keys)
-        self.pass_per_token: float | None = None  # seconds a prefill pass took per token
+        self._passes = [0.0] * 5  # decayed sums of 1, n, n², y, n·y over prefill passes
 
     def tokens(self, start: int = 0, share: float = CHUNK_SHARE) -> int:
         """How many tokens of a prompt already filled up to `start` the next step carries, for
@@ -78,12 +78,14 @@ class ChunkBudget:
         return max(SMALLEST_CHUNK, min(self.most, fitting))
 
     def seconds(self, start: int, tokens: int) -> float | None:
-        """What `tokens` prompt tokens from position `start` cost to prefill: by the fit over
-        chunks where it has been made, else by the passes' time per token (which counts a
-        pass's reading of the weights too: more than the tokens' own cost); None: not known."""
+        """What `tokens` prompt tokens from position `start` cost to prefill: as a pass of
+        their own, fitted as a fixed part and a part per token over recent passes; before any
+        pass, by the fit over chunks; None: neither known yet."""
+        if (cost := self._pass_seconds(tokens)) is not None:
+            return cost
         if self.per_token > 0 or self.per_key > 0:
             return self.per_token * tokens + self.per_key * keys_attended(start, tokens)
-        return None if self.pass_per_token is None else self.pass_per_token * tokens
+        return None
 
     def whole(self, start: int, tokens: int, limit_s: float) -> bool:
         """Whether the rest of a prompt, `tokens` from `start`, costs at most `limit_s`, so that
@@ -96,10 +98,23 @@ class ChunkBudget:
 
     def passed(self, seconds: float, tokens: int) -> None:
         """A prefill pass of `tokens` prompt tokens in all took `seconds`."""
-        if tokens > 0:
-            rate = seconds / tokens
-            old = self.pass_per_token
-            self.pass_per_token = rate if old is None else (1 - _EMA) * old + _EMA * rate
+        n = float(tokens)
+        new = (1.0, n, n * n, seconds, n * seconds)
+        self._passes = [_DECAY * old + value for old, value in zip(self._passes, new, strict=True)]
+
+    def _pass_seconds(self, tokens: int) -> float | None:
+        # A pass's time per token alone would count its fixed part (reading the weights) once
+        # per token: a 3-token pass made a 453-token prompt look 2 s long.
+        count, n, nn, y, ny = self._passes
+        if n <= 0:
+            return None
+        det = count * nn - n * n
+        if det > 1e-9 * count * nn:
+            per_token = (count * ny - n * y) / det
+            fixed = (y - per_token * n) / count
+            if per_token >= 0 and fixed >= 0:
+                return fixed + per_token * tokens
+        return y / n * tokens  # passes too alike to tell the parts apart
 
     def observed(self, seconds: float, chunks: Sequence[Chunk] = ()) -> None:
         """A step took `seconds`, carrying `chunks` of prompts (none: a plain step)."""
