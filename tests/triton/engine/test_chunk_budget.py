@@ -112,12 +112,15 @@ def test_several_prompts_filling_get_a_larger_share_of_a_step() -> None:
 
 
 def test_a_prompt_is_whole_while_it_costs_at_most_the_limit() -> None:
-    """timings.whole_prefill_s: a prompt that cheap is prefilled whole beside streams. Before
-    any cost is known, one that fits a chunk's most; then by the fit over chunks, which counts
-    the keys a late token attends; then by the passes, a fixed part and a part per token."""
+    """timings.whole_prefill_s: a prompt that cheap and no longer than a chunk's most is
+    prefilled whole beside streams. Its cost by the fit over chunks, which counts the keys a
+    late token attends, then by the passes, a fixed part and a part per token."""
     budget = ChunkBudget(512)
-    assert budget.whole(0, 512, 0.5) and not budget.whole(0, 513, 0.5)
+    assert budget.whole(0, 512, 0.5) and not budget.whole(0, 513, 0.5)  # nothing known yet
+    budget.passed(0.001, 1000)  # however cheap, longer than a chunk's most: in chunks
+    assert not budget.whole(0, 513, 0.5)
     assert not budget.whole(0, 10, 0.0)  # 0: every prompt longer than a chunk in chunks
+    budget = ChunkBudget(4096)
     budget.observed(STEP_S)
     for start in range(0, 1200, 48):
         chunk = Piece(start, start + 32)
