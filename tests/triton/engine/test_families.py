@@ -2,7 +2,8 @@
 transformers config (tritonbox_testing.families): the written-out step is used, and its answers
 are stock transformers' (eager attention, float32, one prompt at a time, nothing patched), with
 prompts and answers longer than the sliding windows, served together, with and without LoRA
-adapters."""
+adapters; and in bfloat16 its step and prefill, fused passes and all, are the model's forward as
+`load_model` loads it, bit for bit."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ from typing import Any
 import pytest
 import torch
 from peft import PeftModel
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, DynamicCache
 from tritonbox_testing.families import FAMILIES, WINDOW, build
 from tritonbox_testing.lora import ALL, lora_inputs, make_adapter
 
+from tritonbox_triton.engine import family as families
 from tritonbox_triton.engine.attention import load_model
+from tritonbox_triton.engine.decode_step import DecodeStep
+from tritonbox_triton.engine.fused_ops import load as load_fused_ops
+from tritonbox_triton.engine.kv_batch import BatchedKVCache, prefilled_layers
 from tritonbox_triton.engine.lora_cache import LoraCache, LoraResolver
 from tritonbox_triton.engine.lora_layers import attach_lora
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
@@ -78,6 +83,55 @@ def test_the_step_is_written_out_and_answers_as_stock_transformers(
         elif gap >= CLEAR_GAP:  # bfloat16 parts ways with float32 in time; not on a clear choice
             assert answer[0] == expected[0], prompt
     assert clear, "no prompt had a clear first token: the check compared nothing"
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "pytorch"])
+def test_the_bfloat16_step_and_prefill_are_the_models_forward_bit_for_bit(
+    checkpoint: Path, fused: bool
+) -> None:
+    """Logits and the keys and values written, with each fused pass the family's model takes
+    (Qwen 3's and Gemma 3's q/k norms with RoPE and the cache writes among them), or with
+    PyTorch's operations throughout, against the forward of the model as the engine loads it.
+    Rows shorter than the windows: the forward is given the batch's mask as it is."""
+    model = load_model(checkpoint, torch.bfloat16)
+    ops = load_fused_ops() if fused else None
+    step = DecodeStep(model, ops)
+    if fused:
+        assert ops is not None, "no fused ops on this machine: fused_ops.py's log says why"
+        family = families.of(model)
+        assert (step.qk_fused is not None) == family.qk_norm, step.describe()
+        assert (step.fused is ops) == family.llama_shaped, step.describe()
+        assert "norms" in step.fused_stages() and step.act_ops is ops, step.describe()
+    generator = torch.Generator().manual_seed(11)
+    prompts = [
+        torch.randint(3, 512, (length,), generator=generator).tolist() for length in (4, 2, 5)
+    ]
+    batch = BatchedKVCache(query_groups=step.heads // step.kv_heads)
+    for prompt in prompts:  # the prefill of each as twins, as the engine runs a lone prompt
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            expected = model(input_ids=torch.tensor([prompt] * 2), past_key_values=cache).logits
+        logits, layers = step.prefill([prompt] * 2)
+        assert torch.equal(logits[:1], expected[:1, -1])
+        for (keys, values), (expected_keys, expected_values) in zip(
+            layers[0], prefilled_layers(cache), strict=True
+        ):
+            assert torch.equal(keys, expected_keys[:1]) and torch.equal(values, expected_values[:1])
+        batch.add_sequence(cache)
+    for _ in range(2):
+        valid, positions = batch.decode_inputs()
+        assert int(positions.max()) < WINDOW
+        ids = torch.randint(3, 512, (batch.shown_rows,), generator=generator)
+        with torch.inference_mode():
+            keys, values = batch.key_buffers.clone(), batch.value_buffers.clone()
+            eager = model(
+                input_ids=ids[:, None], attention_mask=valid[:, None, None, :],
+                position_ids=positions, past_key_values=batch.cache, use_cache=True,
+            ).logits[:, -1]  # fmt: skip
+            logits = step(ids, positions[:, 0], valid, keys, values)
+        assert torch.equal(logits, eager)
+        assert torch.equal(keys, batch.key_buffers) and torch.equal(values, batch.value_buffers)
+        batch.advance()
 
 
 def test_adapters_answer_as_peft_on_stock_transformers(

@@ -1,7 +1,8 @@
 """The stages of a layer between its products, for the written-out step (decode_step.py): the
 norms, the MLP's activation, RoPE (from tables made once) with the q/k norms before it, and the
 cache writes, each as the model's family computes it (family.py), and as one compiled pass
-where fused_ops.py's kernels apply (Llama's arithmetic in bfloat16) and check out bit for bit.
+where fused_ops.py's kernels apply (fused_gemma.py's Gemma norms, fused_qk_norm.py's q/k norms
+with RoPE) and check out bit for bit.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from . import family as families
-from .fused_gemma import GemmaNorm, gelu_tanh, gemma_rms_norm
+from .fused_gemma import GemmaNorm, gelu_tanh, gemma_norms, gemma_rms_norm
 from .fused_ops import Activation, FusedOps, rms_norm, rotary
+from .fused_qk_norm import Cache, normed_heads, qk_norm_rope
 from .packed_layer import PackedLayer
 
 log = logging.getLogger(__name__)
@@ -53,23 +55,22 @@ class Stages:
         self.norm_ops = fused if agrees else None
         self.fused = fused if agrees and self.family.llama_shaped else None
         # ... Gemma's norms (fused_gemma.py) ...
-        self._gemma: dict[int, GemmaNorm] | None = None
-        if fused is not None and gemma:
-            if GemmaNorm(fused, self.final_norm, self.eps).agrees():
-                self._gemma = {}
-            else:
-                log.warning("fused ops: not PyTorch's Gemma norm here; PyTorch's operations")
+        self._gemma = None if fused is None or not gemma else gemma_norms(
+            fused, self.layers[0].post_norm, self.final_norm, self.eps)  # fmt: skip
         # ... and the MLP's act(gate) · up.
         self.act_ops = fused if fused is not None and self._act_agrees(fused) else None
         self.fused_silu = self.act_ops is not None  # (the log's and tests' name)
+        # ... and the q/k norms with RoPE and the cache writes (Qwen 3, Gemma 3).
+        cos, sin = self._tables[self.family.rope_types[0]]
+        self.qk_fused = None if fused is None or not self.family.qk_norm else qk_norm_rope(
+            fused, self.layers, self.heads, self.kv_heads, self.eps, gemma, cos, sin)  # fmt: skip
 
     def _fused_agrees(self, fused: FusedOps) -> bool:
         cos, sin = self._tables[None]
-        norm, heads, kv_heads = self.final_norm, self.heads, self.kv_heads
-        if not fused.agrees(norm, self.eps, heads, kv_heads, cos[:256], sin[:256]):
-            log.warning("fused ops: not PyTorch's bits here; the step runs PyTorch's operations")
-            return False
-        return True
+        if fused.agrees(self.final_norm, self.eps, self.heads, self.kv_heads, cos[:256], sin[:256]):
+            return True
+        log.warning("fused ops: not PyTorch's bits here; the step runs PyTorch's operations")
+        return False
 
     def _act_agrees(self, fused: FusedOps) -> bool:
         intermediate = self.layers[0].intermediate
@@ -95,6 +96,7 @@ class Stages:
         """The stages that run fused (for the start-up log)."""
         named = {"norms": self.norm_ops is not None or self._gemma is not None,
                  "RoPE and cache writes": self.fused is not None,
+                 "q/k norms, RoPE and cache writes": self.qk_fused is not None,
                  "act·up": self.act_ops is not None}  # fmt: skip
         return [name for name, fused in named.items() if fused]
 
@@ -130,14 +132,19 @@ class Stages:
         return rms_norm(x, weight, self.eps)
 
     def add_norm(self, hidden: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor,
-                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """The residual stream plus `delta` (unless None), and its norm by `weight` (fused:
-        into `out` when given, a buffer the step reuses once the norm's last reader is done)."""
+                 out: torch.Tensor | None = None, delta_norm: torch.Tensor | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """The residual stream plus `delta` (unless None; normed by `delta_norm` first, when
+        given: Gemma's), and its norm by `weight` (fused: into `out` when given, a buffer the
+        step reuses once the norm's last reader is done)."""
         # Fused, `hidden` is added to in place: the caller's own tensor.
+        if self._gemma is not None:
+            before = None if delta_norm is None else self._gemma_norm(delta_norm)
+            return hidden, self._gemma_norm(weight)(hidden, delta, out, before)
+        if delta is not None and delta_norm is not None:
+            delta = self.norm(delta, delta_norm)
         if self.norm_ops is not None:
             return hidden, self.norm_ops.add_rms_norm(hidden, delta, weight, self.eps, out)
-        if self._gemma is not None:
-            return hidden, self._gemma_norm(weight)(hidden, delta, out)
         if delta is not None:
             hidden = hidden + delta
         return hidden, self.norm(hidden, weight)
@@ -152,10 +159,10 @@ class Stages:
             hidden, x = self.add_norm(hidden, layer.o(attended), layer.post_norm, out)
             return self.add_norm(hidden, layer.down(self.mlp(layer, x)), next_norm, out)
         assert layer.pre_mlp_norm is not None and layer.post_mlp_norm is not None
-        hidden, x = self.add_norm(hidden, self.norm(layer.o(attended), layer.post_norm),
-                                  layer.pre_mlp_norm, out)  # fmt: skip
-        delta = self.norm(layer.down(self.mlp(layer, x)), layer.post_mlp_norm)
-        return self.add_norm(hidden, delta, next_norm, out)
+        hidden, x = self.add_norm(hidden, layer.o(attended), layer.pre_mlp_norm, out,
+                                  layer.post_norm)  # fmt: skip
+        delta = layer.down(self.mlp(layer, x))
+        return self.add_norm(hidden, delta, next_norm, out, layer.post_mlp_norm)
 
     def next_norms(self) -> list[torch.Tensor]:
         """Each layer's input norm after the first, then the final norm: the norm that follows
@@ -172,32 +179,28 @@ class Stages:
 
     def qk_heads(self, qkv: torch.Tensor, layer: PackedLayer) -> torch.Tensor:
         """q's and k's heads [..., heads + kv heads, dim] out of `qkv` [..., width], each normed
-        over its head where the family does (Qwen3, Gemma 3)."""
-        qk_heads, dim = self.heads + self.kv_heads, self.head_dim
-        qk = qkv[..., : qk_heads * dim].unflatten(-1, (qk_heads, dim))
+        over its head where the family does (Qwen3, Gemma 3), by PyTorch's operations."""
         if layer.q_norm is None or layer.k_norm is None:
-            return qk
-        queries, keys = qk[..., : self.heads, :], qk[..., self.heads :, :]
-        return torch.cat([self.norm(queries, layer.q_norm), self.norm(keys, layer.k_norm)], -2)
+            qk_heads, dim = self.heads + self.kv_heads, self.head_dim
+            return qkv[..., : qk_heads * dim].unflatten(-1, (qk_heads, dim))
+        norms, gemma = (layer.q_norm, layer.k_norm), self.family.gemma_norms
+        return normed_heads(qkv, self.heads, self.kv_heads, norms, self.eps, gemma)
 
     def row_writer(self, positions: torch.Tensor, keys: torch.Tensor) -> RowWriter:
         """RoPE on a decode step's rows and their cache writes, per layer: (qkv, the layer's
         keys, its values, its index) ↦ the rows' queries. One pass where fused, else PyTorch's
         operations."""
         rows, heads, kv_heads, dim = positions.shape[0], self.heads, self.kv_heads, self.head_dim
-        fused = self.fused
-        if fused is not None:
+        if self.fused is not None or self.qk_fused is not None:
             positions = positions.contiguous()
-            cos, sin = self._tables[None]
             # One buffer for every layer's queries: each layer's attention has read its own
             # before the next layer's RoPE writes.
             roped = torch.empty(rows, heads + kv_heads, dim, dtype=self._embed.dtype)
 
             def write_fused(qkv: torch.Tensor, layer_keys: torch.Tensor,
                             layer_values: torch.Tensor, index: int) -> torch.Tensor:  # fmt: skip
-                qk = fused.rope(qkv, heads + kv_heads, cos, sin, positions,
-                                (layer_keys, layer_values), roped)  # fmt: skip
-                return qk[:, :heads]
+                cache = (layer_keys, layer_values)
+                return self._fused_rope(qkv, index, positions, cache, roped)[:, :heads]
 
             return write_fused
         # Where each row's new key and value go in a layer's buffer, viewed as [cells, dim]:
@@ -220,16 +223,25 @@ class Stages:
 
         return write
 
+    def _fused_rope(self, qkv: torch.Tensor, index: int, positions: torch.Tensor,
+                    cache: Cache | None = None, out: torch.Tensor | None = None,
+                    ) -> torch.Tensor:  # fmt: skip
+        """Layer `index`'s q/k norms (where the family has them), RoPE and, with `cache`, its
+        cache writes in one pass (fused_ops.py's `rope`, fused_qk_norm.py's)."""
+        cos, sin = self._tables[self.family.rope_types[index]]
+        if self.qk_fused is not None:
+            return self.qk_fused(qkv, index, cos, sin, positions, cache, out)
+        assert self.fused is not None
+        return self.fused.rope(qkv, self.heads + self.kv_heads, cos, sin, positions, cache, out)
+
     def prefill_rope(self, qkv: torch.Tensor, rows: int, length: int, index: int,
                      start: int = 0) -> torch.Tensor:  # fmt: skip
         """RoPE on a prefill's queries and keys: [rows, length, heads + kv heads, dim], at
         positions from `start` (a prompt's later chunk)."""
         qk_heads, dim = self.heads + self.kv_heads, self.head_dim
-        if self.fused is not None:
+        if self.fused is not None or self.qk_fused is not None:
             positions = torch.arange(start, start + length).repeat(rows)
-            flat = qkv.view(rows * length, -1)
-            cos, sin = self._tables[None]
-            qk = self.fused.rope(flat, qk_heads, cos, sin, positions)
+            qk = self._fused_rope(qkv.view(rows * length, -1), index, positions)
             return qk.view(rows, length, qk_heads, dim)
         cos, sin = self._tables[self.family.rope_types[index]]
         qk = self.qk_heads(qkv.view(rows, length, -1), self.layers[index])
