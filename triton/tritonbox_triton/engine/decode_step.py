@@ -18,7 +18,8 @@ sums oneDNN would round differently, so a float32 engine keeps `F.linear`.
 
 The elementwise stages between the products (step_stages.py: norms, the MLP's activation, RoPE
 with the q/k norms and cache writes) run as one compiled pass each where fused_ops.py's kernels
-apply (Llama's arithmetic in bfloat16) and check out bit for bit, else as PyTorch's operations.
+apply (bfloat16; Gemma's norms: fused_gemma.py; q/k norms with RoPE: fused_qk_norm.py) and
+check out bit for bit, else as PyTorch's operations.
 Sliding windows and soft-capped scores go through the compiled attention where it is built,
 else as windowed.py computes them. The logits are float32 (float_logits.py).
 
