@@ -19,7 +19,7 @@
 #include "bf16.h"
 
 #define MAX_GROUPS 8
-#define MAX_CHUNKS 8 /* head dimension up to 128, in vectors of 16 */
+#define MAX_CHUNKS 16 /* head dimension up to 256 (Gemma 3), in vectors of 16 */
 #define STACK_SCORES 8192 /* a task's scores up to this many floats on its stack, else malloc'd */
 
 #ifdef __AVX512F__

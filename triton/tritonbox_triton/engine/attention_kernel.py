@@ -164,7 +164,9 @@ class AttentionKernel:
         exact = torch.nn.functional.scaled_dot_product_attention(
             query.double(), keys.double(), values.double(), is_causal=True, enable_gqa=True
         ).transpose(1, 2)
-        if not _close(batched, exact.flatten(2)):
+        # As in _windowed_agrees: with a head of 256 (Gemma 3) one output of 138,240 cancelled
+        # to 5.6e-7, where float32's error of its terms is ~1e-8.
+        if not _close(batched, exact.flatten(2), floor=2**-16):
             return False
         shorter = length - 7  # a shorter prompt alone gives its positions the same bits
         alone = self.causal(query[1:2, :, :shorter], keys[1:2, :, :shorter],
