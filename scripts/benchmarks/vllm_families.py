@@ -31,10 +31,12 @@ EIGHT_STREAMS = [
     "tokens over the time until its last request ends, so one request started late costs "
     "the whole batch (rows at 4fb71a0 had Triton's dynamic batcher in front of the cpu "
     "model, which held such a request up to 500 ms; the model has none now). On the AMD "
-    "machine at cabf7fb: random qwen3 1.00 / 1.00 × vLLM at 1 / 8 streams, random "
-    "gemma3_text 0.97 / 0.97, slower per step (TPOT 24.8 against 23.9 ms at 8 streams) with "
-    "TTFT p50 about even (255 / 252 ms). The Gemma 3 270M package's 0.91 at 8 streams is "
-    "the Intel machine's (aaab1a0; TPOT 39.8 against 36.9 ms). Short runs like these move "
+    "machine at 275b579 (q/k norms with RoPE fused; heads of 256 in the compiled "
+    "attention): random gemma3_text 1.31 / 1.10 × vLLM at 1 / 8 streams (TPOT 15.8 against "
+    "18.4 ms at 8), the Gemma 3 270M package 1.17 / 0.98 (TPOT 23.4 against 22.6 ms: its "
+    "262,144-token vocabulary makes the float32 logits and the greedy rows' log-softmax a "
+    "third of a step). The qwen3 row is from cabf7fb, before the q/k pass (at dbb2edd, "
+    "with it, a run gave 1.17 / 1.09, not kept in the data). Short runs like these move "
     "by ~10%: a ratio within ~0.1 of 1 says little.",
 ]
 
