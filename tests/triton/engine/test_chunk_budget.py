@@ -72,6 +72,16 @@ def test_several_chunks_in_a_step_count_together() -> None:
     assert budget.per_key == pytest.approx(PER_KEY, rel=0.05)
 
 
+def _learned() -> ChunkBudget:
+    """A budget that has timed a plain step and chunks of 32 tokens over 1,200 positions."""
+    budget = ChunkBudget(4096)
+    budget.observed(STEP_S)
+    for start in range(0, 1200, 48):
+        chunk = Piece(start, start + 32)
+        budget.observed(_step_with(chunk), [chunk])
+    return budget
+
+
 def _filling(length: int) -> Filling:
     params = SamplingParams(max_tokens=1, end_id=2, pad_id=0)
     request = EngineRequest(list(range(3, 3 + length)), params, None, [], [])  # type: ignore[arg-type]
@@ -81,11 +91,7 @@ def _filling(length: int) -> Filling:
 def test_a_prompt_that_fits_a_whole_step_is_finished_in_one() -> None:
     """Cut at CHUNK_SHARE, a chat turn beside a few streams took two or three steps to its
     first token; one whose rest costs at most a plain step (FINISH_SHARE) goes whole."""
-    budget = ChunkBudget(4096)
-    budget.observed(STEP_S)
-    for start in range(0, 1200, 48):  # the costs learnt
-        chunk = Piece(start, start + 32)
-        budget.observed(_step_with(chunk), [chunk])
+    budget = _learned()
     share, finish = budget.tokens(0), budget.tokens(0, FINISH_SHARE)
     assert share < finish
     between = (share + finish) // 2
@@ -98,11 +104,7 @@ def test_a_prompt_that_fits_a_whole_step_is_finished_in_one() -> None:
 
 
 def test_several_prompts_filling_get_a_larger_share_of_a_step() -> None:
-    budget = ChunkBudget(4096)
-    budget.observed(STEP_S)
-    for start in range(0, 1200, 48):
-        chunk = Piece(start, start + 32)
-        budget.observed(_step_with(chunk), [chunk])
+    budget = _learned()
     alone = step_chunks([_filling(3000)], budget)
     three = step_chunks([_filling(3000) for _ in range(3)], budget)
     assert sum(c.end - c.start for c in alone) == budget.tokens(0, CHUNK_SHARE)
@@ -120,11 +122,7 @@ def test_a_prompt_is_whole_while_it_costs_at_most_the_limit() -> None:
     budget.passed(0.001, 1000)  # however cheap, longer than a chunk's most: in chunks
     assert not budget.whole(0, 513, 0.5)
     assert not budget.whole(0, 10, 0.0)  # 0: every prompt longer than a chunk in chunks
-    budget = ChunkBudget(4096)
-    budget.observed(STEP_S)
-    for start in range(0, 1200, 48):
-        chunk = Piece(start, start + 32)
-        budget.observed(_step_with(chunk), [chunk])
+    budget = _learned()
     cost = PER_TOKEN * 1000 + PER_KEY * keys_attended(0, 1000)
     assert budget.seconds(0, 1000) == pytest.approx(cost, rel=1e-3)
     assert budget.whole(0, 1000, cost * 1.01) and not budget.whole(0, 1000, cost * 0.99)
@@ -137,11 +135,7 @@ def test_a_prompt_is_whole_while_it_costs_at_most_the_limit() -> None:
 
 
 def test_a_filling_prompt_to_finish_whole_goes_first_and_whole() -> None:
-    budget = ChunkBudget(4096)
-    budget.observed(STEP_S)
-    for start in range(0, 1200, 48):
-        chunk = Piece(start, start + 32)
-        budget.observed(_step_with(chunk), [chunk])
+    budget = _learned()
     long, short = _filling(3000), _filling(600)
     short.whole = True
     assert short.left > budget.tokens(0, FINISH_SHARE)  # cut, were it not whole

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 from tritonbox_testing.reference import greedy_ids
+from tritonbox_testing.step_check import step_equals_forward
 
 from tritonbox_triton.engine.decode_step import DecodeStep, unsupported
 from tritonbox_triton.engine.fused_ops import load as load_fused_ops
@@ -56,19 +57,9 @@ def test_step_logits_equal_the_eager_forwards(
     batch = _prefilled_batch(model, lengths)
     generator = torch.Generator().manual_seed(7)
     for _ in range(3):
-        valid, positions = batch.decode_inputs()
-        ids = torch.randint(0, 49_000, (batch.shown_rows,), generator=generator)
-        with torch.inference_mode():
-            keys, values = batch.key_buffers.clone(), batch.value_buffers.clone()
-            eager = model(
-                input_ids=ids[:, None], attention_mask=valid[:, None, None, :],
-                position_ids=positions, past_key_values=batch.cache, use_cache=True,
-            ).logits[:, -1]  # fmt: skip
-            logits = step(ids, positions[:, 0], valid, keys, values)
-        assert torch.equal(logits, eager)
-        # It wrote the same keys and values as the eager forward did.
-        assert torch.equal(keys, batch.key_buffers) and torch.equal(values, batch.value_buffers)
-        batch.advance()
+        step_equals_forward(
+            model, step, batch, lambda rows: torch.randint(0, 49_000, (rows,), generator=generator)
+        )
 
 
 def test_the_engine_decodes_with_it_and_answers_as_generate(

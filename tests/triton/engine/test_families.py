@@ -16,6 +16,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, DynamicCache
 from tritonbox_testing.families import FAMILIES, WINDOW, build
 from tritonbox_testing.lora import ALL, lora_inputs, make_adapter
+from tritonbox_testing.step_check import step_equals_forward
 
 from tritonbox_triton.engine import family as families
 from tritonbox_triton.engine.attention import load_model
@@ -119,19 +120,10 @@ def test_the_bfloat16_step_and_prefill_are_the_models_forward_bit_for_bit(
             assert torch.equal(keys, expected_keys[:1]) and torch.equal(values, expected_values[:1])
         batch.add_sequence(cache)
     for _ in range(2):
-        valid, positions = batch.decode_inputs()
-        assert int(positions.max()) < WINDOW
-        ids = torch.randint(3, 512, (batch.shown_rows,), generator=generator)
-        with torch.inference_mode():
-            keys, values = batch.key_buffers.clone(), batch.value_buffers.clone()
-            eager = model(
-                input_ids=ids[:, None], attention_mask=valid[:, None, None, :],
-                position_ids=positions, past_key_values=batch.cache, use_cache=True,
-            ).logits[:, -1]  # fmt: skip
-            logits = step(ids, positions[:, 0], valid, keys, values)
-        assert torch.equal(logits, eager)
-        assert torch.equal(keys, batch.key_buffers) and torch.equal(values, batch.value_buffers)
-        batch.advance()
+        assert int(batch.decode_inputs()[1].max()) < WINDOW
+        step_equals_forward(
+            model, step, batch, lambda rows: torch.randint(3, 512, (rows,), generator=generator)
+        )
 
 
 def test_adapters_answer_as_peft_on_stock_transformers(
