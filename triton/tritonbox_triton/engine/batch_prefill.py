@@ -91,8 +91,10 @@ class BatchPrefill:
         for run in runs:
             try:
                 lone = run[0] if len(run) == 1 and id(run[0]) in shared_ids else None
-                once = lone is not None and self.fast_step is not None and busy
-                if len(run) > 1 or once or (lone is not None and self._lone_exact(lone)):
+                # A lone prompt in one pass: beside streams always, else where exact.
+                fast = self.fast_step is not None
+                once = lone is not None and ((busy and fast) or self._lone_exact(lone))
+                if len(run) > 1 or once:
                     self.prefill_shared(run)
                 elif lone is not None and self._twin_exact(lone):
                     self.prefill_shared(run, copies=2)

@@ -33,7 +33,7 @@ FIRST_CHUNK = 32  # tokens, before any step's cost is known
 # prompt even 16 tokens' attention cost more than the share (~50 ms at position 2,000 beside 4
 # streams), so the smallest chunk is small.
 SMALLEST_CHUNK = 4
-_EMA = 0.2  # the weight of a new plain step's time (and of a pass's, per token)
+_EMA = 0.2  # the weight of a new plain step's time
 _DECAY = 0.9  # the weight each older observation keeps in the fit, per new one
 
 
@@ -107,15 +107,12 @@ class ChunkBudget:
     def _pass_seconds(self, tokens: int) -> float | None:
         # A pass's time per token alone would count its fixed part (reading the weights) once
         # per token: a 3-token pass made a 453-token prompt look 2 s long.
-        count, n, nn, y, ny = self._passes
+        _, n, _, y, _ = self._passes
         if n <= 0:
             return None
-        det = count * nn - n * n
-        if det > 1e-9 * count * nn:
-            per_token = (count * ny - n * y) / det
-            fixed = (y - per_token * n) / count
-            if per_token >= 0 and fixed >= 0:
-                return fixed + per_token * tokens
+        if (fit := _least_squares(self._passes)) is not None:
+            fixed, per_token = fit
+            return fixed + per_token * tokens
         return y / n * tokens  # passes too alike to tell the parts apart
 
     def observed(self, seconds: float, chunks: Sequence[Chunk] = ()) -> None:
@@ -135,15 +132,24 @@ class ChunkBudget:
         self._fit()
 
     def _fit(self) -> None:
-        tt, tk, kk, ty, ky = self._sums
-        det = tt * kk - tk * tk
-        if det > 1e-9 * tt * kk:
-            per_token, per_key = (ty * kk - ky * tk) / det, (ky * tt - ty * tk) / det
-            if per_token >= 0 and per_key >= 0:
-                self.per_token, self.per_key = per_token, per_key
-                return
+        tt, _, kk, ty, ky = self._sums
+        if (fit := _least_squares(self._sums)) is not None:
+            self.per_token, self.per_key = fit
+            return
         # Too alike to tell apart (or a fit below zero): the keys' part alone, or the tokens'.
         if kk > 0 and ky > 0:
             self.per_token, self.per_key = 0.0, ky / kk
         elif tt > 0:
             self.per_token, self.per_key = max(ty / tt, 0.0), 0.0
+
+
+def _least_squares(sums: list[float]) -> tuple[float, float] | None:
+    """(x, y) from the normal equations [[a, b], [b, c]] · (x, y) = (u, v) of decayed sums
+    `sums` = (a, b, c, u, v); None where the two parts are too alike to tell apart, or one
+    comes out below zero."""
+    a, b, c, u, v = sums
+    det = a * c - b * b
+    if det <= 1e-9 * a * c:
+        return None
+    x, y = (u * c - v * b) / det, (v * a - u * b) / det
+    return (x, y) if x >= 0 and y >= 0 else None

@@ -9,9 +9,9 @@ arithmetic. TensorRT-LLM (`enable_chunked_context`) and vLLM (`--enable-chunked-
 same with a token budget per step. Here the budget comes from what the engine observes
 (chunk_budget.py): as many tokens as cost about `CHUNK_SHARE` of a step without them, so the
 running streams' time per token stays under twice its steady value on any machine and model,
-up to `prefill_chunk_tokens` (timings.py). Only prompts that cost more than
-`whole_prefill_s` come in chunks: a shorter one is prefilled whole as it arrives (a pass of its
-own, or, continuing from a cached prefix, its whole rest in the next step). A prompt whose rest
+up to `prefill_chunk_tokens` (timings.py). Only prompts longer than that or costing more than
+`whole_prefill_s` come in chunks: another is prefilled whole as it arrives (a pass of its own,
+or, continuing from a cached prefix, its whole rest in the next step). A prompt whose rest
 costs at most `FINISH_SHARE` (a whole plain step) is finished in one step: cut at `CHUNK_SHARE`
 it took a step more to its first token and the batch ran emptier. With several prompts filling, the
 step's share grows with their number (`CHUNK_SHARE` each, up to `MOST_SHARE`): their users wait

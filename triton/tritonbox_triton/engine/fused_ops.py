@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 LANES = (8, 16)  # float vectors of AVX2 and AVX-512: the widths ATen's sums may run at
 TRIES = 6  # random inputs per shape in each check
+CHECK_ROWS = (1, 2, 3, 16, 33, 200)  # the row counts each check tries
 _SEED = 20261126
 _P, _L = ctypes.c_void_p, ctypes.c_long
 Activation = Callable[[torch.Tensor], torch.Tensor]  # F.silu, or Gemma's GELU (tanh)
@@ -134,7 +135,7 @@ class FusedOps:
         return self.sums_agree(weight.shape[0]) and all(
             self._norm_agrees(weight, eps, rows, attempt, generator)
             and self._rope_agrees(heads, kv_heads, cos, sin, rows, attempt, generator)
-            for rows in (1, 2, 3, 16, 33, 200)
+            for rows in CHECK_ROWS
             for attempt in range(TRIES)
         )
 
@@ -163,7 +164,7 @@ class FusedOps:
         random = (
             _random((rows, 2 * width), attempt, generator)
             for width in ((intermediate,) if vector_only else (intermediate, intermediate + 7))
-            for rows in (1, 2, 3, 16, 33, 200)
+            for rows in CHECK_ROWS
             for attempt in range(TRIES)
         )
         return all(

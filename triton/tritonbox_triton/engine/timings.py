@@ -70,9 +70,9 @@ class EngineTimings:
     prefill_chunk_tokens: int = 512
     # A prompt no longer than prefill_chunk_tokens whose prefill costs at most this (as the
     # engine has observed: chunk_budget.py) is prefilled whole as it arrives, even while
-    # streams run: they wait for it once, as every
-    # stream waits for every prompt on vLLM's and TensorRT-LLM's defaults, and its user gets the
-    # first token one pass away rather than a chunk a step. On open-loop mixed traffic (prompts
+    # streams run: they wait for it once, as every stream waits for every prompt on vLLM's and
+    # TensorRT-LLM's defaults, and its user gets the first token one pass away rather than a
+    # chunk a step. On open-loop mixed traffic (prompts
     # of 20-500 tokens beside ~7 streams) chunks of every prompt made the time to first token p90
     # ~4x vLLM's and left slots filling at saturation. A longer prompt comes in chunks, so no
     # stream waits longer than this for one prompt. 0: every prompt longer than a chunk in chunks.
