@@ -74,7 +74,8 @@ def holding_a_slot(send: Send, key: str = "intruder") -> Send:
     (alone, a prediction runs whatever its `n`), whatever the interactive streams are doing."""
 
     def held(client: httpx.Client, target: Target) -> list[httpx.Response]:
-        body = _complete(target, max_tokens=256, stream=True)
+        # ignore_eos: a sampled "Hello" may end in a few tokens, freeing the slot too soon
+        body = _complete(target, max_tokens=256, stream=True, ignore_eos=True)
         with client.stream("POST", "/v1/completions", json=body, headers=auth(key)) as stream:
             stream.raise_for_status()
             next(line for line in stream.iter_lines() if line.startswith("data:"))
