@@ -17,13 +17,13 @@ def test_a_batch_chooses_what_each_row_would_alone() -> None:
     """The plain greedy rows (still under min_tokens or not) share one log-softmax and argmax,
     the plain sampled ones their temperature, log-softmax and softmax; the others (penalised,
     with bad words) go row by row; every choice is the lone one's, each draw from the row's
-    own generator."""
+    own generator. A greedy row that asked for no log-probs gets 0 (none computed)."""
     decode = state().words._decode
     rows = [
         state(num_top_logprobs=3),
         state(temperature=0.7, top_p=0.9, seed=5),
         state(repetition_penalty=1.3),
-        state(min_tokens=4),
+        state(min_tokens=4, return_log_probs=True),
         state(),
         SequenceState(
             params=SamplingParams(max_tokens=8, end_id=0, pad_id=0),
@@ -55,7 +55,11 @@ def test_a_batch_chooses_what_each_row_would_alone() -> None:
     for row in rows:  # the sampled rows draw again from fresh generators of the same seeds
         row.generator.manual_seed(row.params.seed)
     alone = [choose_token(before[index].clone(), row) for index, row in enumerate(rows)]
+    for index in (4, 6):  # plain greedy, no log-probs asked for
+        assert alone[index].logprob < 0
+        alone[index].logprob = 0.0
     assert batched == alone
+    assert batched[3].logprob < 0
     assert batched[5].token != 5 and batched[0].top_ids[0] == 5
     assert (batched[3].token, batched[4].token) == (5, 0)
     assert batched[9].token != 0 and len(batched[7].top_ids) == 2

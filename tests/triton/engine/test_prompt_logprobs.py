@@ -81,8 +81,10 @@ def test_context_logits_are_the_model_s_and_generation_is_unchanged(
     make_sink: Any,
 ) -> None:
     prompt = list(tokenizer("Why is the sky blue?").input_ids)
-    plain = run(engine, make_sink(), prompt, max_tokens=6)
-    sink = run(engine, make_sink(), prompt, max_tokens=6, return_context_logits=True)
+    plain = run(engine, make_sink(), prompt, max_tokens=6, return_log_probs=True)
+    sink = run(
+        engine, make_sink(), prompt, max_tokens=6, return_log_probs=True, return_context_logits=True
+    )
     assert sink.tokens == plain.tokens and sink.logprobs == plain.logprobs
     assert sink.prompt_before_tokens
     logits = sink.prompt.tensors["context_logits"]

@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
-from tritonbox_testing.reference import chat_ids, greedy_generate, greedy_ids
+from tritonbox_testing.reference import (
+    assert_greedy_as_generate,
+    chat_ids,
+    greedy_generate,
+    greedy_ids,
+)
 
 from tritonbox_common.word_lists import decode_word_list, encode_word_list
 from tritonbox_triton.engine.params import EngineLimits, SamplingParams
@@ -105,7 +110,7 @@ def test_greedy_batch_matches_generate_token_for_token(
         sinks.append(submit(engine, make_sink(), prompt))
         time.sleep(0.15)
     for prompt, sink in zip(prompts, sinks, strict=True):
-        assert sink.wait().tokens == reference(model, prompt, 24)
+        assert_greedy_as_generate(model, prompt, sink.wait().tokens, 24, EOS)
         assert sink.finish in (EngineFinish.STOP, EngineFinish.LENGTH)
 
 
@@ -135,7 +140,7 @@ def test_min_tokens_holds_back_the_end_id(
     engine: InflightBatcher, short_answer: tuple[list[int], list[int], str], make_sink: Any
 ) -> None:
     prompt, _, _ = short_answer
-    short = submit(engine, make_sink(), prompt, max_tokens=40).wait()
+    short = submit(engine, make_sink(), prompt, max_tokens=40, return_log_probs=True).wait()
     assert short.finish is EngineFinish.STOP and len(short.tokens) < 15
     # The end token is sent too, with its log-prob (OpenAI's and vLLM's log-probs have it).
     assert short.tokens[-1] == EOS and EOS not in short.tokens[:-1]
@@ -165,7 +170,7 @@ def test_top_logprobs_are_sorted_and_lead_with_the_greedy_choice(
     engine: InflightBatcher, tokenizer: PreTrainedTokenizerBase, make_sink: Any
 ) -> None:
     prompt = chat_ids(tokenizer, PROMPTS[0])
-    plain = submit(engine, make_sink(), prompt, max_tokens=8).wait()
+    plain = submit(engine, make_sink(), prompt, max_tokens=8, return_log_probs=True).wait()
     assert plain.top == []  # none asked for, none computed
     ranked = submit(engine, make_sink(), prompt, max_tokens=8, num_top_logprobs=4).wait()
     assert ranked.tokens == plain.tokens and ranked.logprobs == plain.logprobs

@@ -64,7 +64,9 @@ def serve(
     try:
         sinks = [make_sink() for _ in prompts]
         for prompt, sink in zip(prompts, sinks, strict=True):
-            params = SamplingParams(max_tokens=max_tokens, end_id=EOS, pad_id=EOS)
+            params = SamplingParams(
+                max_tokens=max_tokens, end_id=EOS, pad_id=EOS, return_log_probs=True
+            )
             engine.submit(EngineRequest(prompt, params, sink, stop_words=[], bad_words=[]))
         return [sink.wait(600) for sink in sinks]
     finally:

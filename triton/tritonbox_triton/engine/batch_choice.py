@@ -5,8 +5,9 @@ Row by row, each choice is a handful of operations over the whole vocabulary (49
 for a batch those calls were most of a step's Python time: 16 greedy rows, or a sampled batch of
 8 costing 1.13 times a greedy one (over the issue's 1.10) on an AMD EPYC. The plain rows, whose
 logits nothing but min_tokens' ban of the end id changes (no penalty, bad word or grammar), share
-them instead: the greedy ones one log-softmax and one argmax, the sampled ones one division by
-their temperatures, one log-softmax and one search for top-p's candidates. Each of those works
+them instead: the greedy ones one argmax (and one log-softmax, for the rows that asked for
+log-probs), the sampled ones one division by their temperatures, one log-softmax and one search
+for top-p's candidates. Each of those works
 along its row only, so every row's result is its lone one's bit for bit (tested); a sampled row
 then decides top-p among its few candidates and draws from its own seeded generator. The other
 rows go through `choose_token` one at a time.
@@ -60,16 +61,27 @@ def _with_top(choice: TokenChoice, logprobs: torch.Tensor, state: SequenceState)
     return choice
 
 
+def wants_logprobs(state: SequenceState) -> bool:
+    params = state.params
+    return params.return_log_probs or params.num_top_logprobs > 0
+
+
 def _greedy(rows: torch.Tensor, states: Sequence[SequenceState]) -> list[TokenChoice]:
-    logprobs = torch.log_softmax(rows, dim=-1)
     # max's indices are argmax's (the first of equal maxima, NaN as the largest) at a third of
     # its time on CPU: 16 rows of 49,152, 200 against 554 µs.
     tokens = rows.max(dim=-1).indices
-    chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()
-    return [
-        _with_top(TokenChoice(token=token, logprob=chosen[row]), logprobs[row], state)
-        for row, (token, state) in enumerate(zip(tokens.tolist(), states, strict=True))
-    ]
+    choices = [TokenChoice(token=token, logprob=0.0) for token in tokens.tolist()]
+    # Only rows that asked for log-probs pay a log-softmax (a 262k vocabulary's is ~8% of a
+    # step); the others' log-prob is 0, as TensorRT-LLM's when return_log_probs is off.
+    scored = [row for row, state in enumerate(states) if wants_logprobs(state)]
+    if scored:
+        part = rows if len(scored) == len(states) else rows[torch.tensor(scored)]
+        logprobs = torch.log_softmax(part, dim=-1)
+        chosen = logprobs.gather(1, tokens[scored][:, None])[:, 0].tolist()
+        for at, row in enumerate(scored):
+            choices[row].logprob = chosen[at]
+            _with_top(choices[row], logprobs[at], states[row])
+    return choices
 
 
 def _sampled(rows: torch.Tensor, states: Sequence[SequenceState]) -> list[TokenChoice]:
