@@ -63,11 +63,6 @@ class Family:
     logits_softcap: float | None
 
     @property
-    def llama_shaped(self) -> bool:
-        """Whether a layer is Llama's arithmetic, which fused_ops.py's passes reproduce."""
-        return not self.gemma_norms and not self.qk_norm and self.activation == "silu"
-
-    @property
     def windowed(self) -> bool:
         return any(window is not None for window in self.windows)
 

@@ -127,13 +127,13 @@ class FusedOps:
                        torch.get_num_threads())  # fmt: skip
         return out
 
-    def agrees(self, weight: torch.Tensor, eps: float, heads: int, kv_heads: int,
+    def agrees(self, weight: torch.Tensor | None, eps: float, heads: int, kv_heads: int,
                cos: torch.Tensor, sin: torch.Tensor) -> bool:  # fmt: skip
-        """Whether both stages give PyTorch's bits for a model of these shapes (its norm weight,
-        RoPE tables), on `TRIES` random inputs per row count, half spread over 2^±8."""
+        """Whether both stages (RoPE alone where `weight` is None: Gemma's norms) give PyTorch's
+        bits for a model of these shapes, on `TRIES` random inputs per row count, half ±2^8."""
         generator = torch.Generator().manual_seed(_SEED)
-        return self.sums_agree(weight.shape[0]) and all(
-            self._norm_agrees(weight, eps, rows, attempt, generator)
+        return (weight is None or self.sums_agree(weight.shape[0])) and all(
+            (weight is None or self._norm_agrees(weight, eps, rows, attempt, generator))
             and self._rope_agrees(heads, kv_heads, cos, sin, rows, attempt, generator)
             for rows in CHECK_ROWS
             for attempt in range(TRIES)

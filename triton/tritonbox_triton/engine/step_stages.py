@@ -48,12 +48,12 @@ class Stages:
             log.info("fused ops: bfloat16 only; the %s step runs PyTorch's operations",
                      self._embed.dtype)  # fmt: skip
             fused = None
-        gemma, self._ops = self.family.gemma_norms, fused
-        # Llama's norms (any family that has them) and RoPE with the cache writes (Llama's
-        # layer only: q/k norms come between the product and RoPE elsewhere) ...
-        agrees = fused is not None and not gemma and self._fused_agrees(fused)
-        self.norm_ops = fused if agrees else None
-        self.fused = fused if agrees and self.family.llama_shaped else None
+        self._ops = fused
+        # Llama's norms, and RoPE with the cache writes where no q/k norms come before it ...
+        gemma, qk_norm = self.family.gemma_norms, self.family.qk_norm
+        agrees = fused is not None and not (gemma and qk_norm) and self._fused_agrees(fused)
+        self.norm_ops = fused if agrees and not gemma else None
+        self.fused = fused if agrees and not qk_norm else None
         # ... Gemma's norms (fused_gemma.py) ...
         self._gemma = None if fused is None or not gemma else gemma_norms(
             fused, self.layers[0].post_norm, self.final_norm, self.eps)  # fmt: skip
@@ -66,8 +66,9 @@ class Stages:
             fused, self.layers, self.heads, self.kv_heads, self.eps, gemma, cos, sin)  # fmt: skip
 
     def _fused_agrees(self, fused: FusedOps) -> bool:
-        cos, sin = self._tables[None]
-        if fused.agrees(self.final_norm, self.eps, self.heads, self.kv_heads, cos[:256], sin[:256]):
+        cos, sin = self._tables[self.family.rope_types[0]]
+        norm = None if self.family.gemma_norms else self.final_norm
+        if fused.agrees(norm, self.eps, self.heads, self.kv_heads, cos[:256], sin[:256]):
             return True
         log.warning("fused ops: not PyTorch's bits here; the step runs PyTorch's operations")
         return False
