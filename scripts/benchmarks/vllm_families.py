@@ -25,19 +25,17 @@ DISTURBED = 0.25  # cores the rest of the machine may use before a row is marked
 # How to read the rows: each ran on the machine and at the commit it names; why an 8-stream row
 # fell below vLLM (the dynamic batcher once in front of the cpu model, or a slower step).
 EIGHT_STREAMS = [
-    "**Reading the rows.** Each row names the commit and hour it ran. The rows of "
-    "2026-11-29 ran on an AMD EPYC with AVX512-BF16 and no AMX, the earlier ones on an "
-    "Intel machine with AMX: compare within a row, not across dates. A batch's tok/s is its "
-    "tokens over the time until its last request ends, so one request started late costs "
-    "the whole batch (rows at 4fb71a0 had Triton's dynamic batcher in front of the cpu "
-    "model, which held such a request up to 500 ms; the model has none now). On the AMD "
-    "machine at 275b579 (q/k norms with RoPE fused; heads of 256 in the compiled "
-    "attention): random gemma3_text 1.31 / 1.10 × vLLM at 1 / 8 streams (TPOT 15.8 against "
-    "18.4 ms at 8), the Gemma 3 270M package 1.17 / 0.98 (TPOT 23.4 against 22.6 ms: its "
-    "262,144-token vocabulary makes the float32 logits and the greedy rows' log-softmax a "
-    "third of a step). The qwen3 row is from cabf7fb, before the q/k pass (at dbb2edd, "
-    "with it, a run gave 1.17 / 1.09, not kept in the data). Short runs like these move "
-    "by ~10%: a ratio within ~0.1 of 1 says little.",
+    "**Reading the rows.** Each row names the commit and hour it ran, on whichever machine "
+    "the session had: the rows of 2026-11-28 and 2026-12-01 on an Intel Xeon with AMX, those "
+    "of 2026-11-29 on an AMD EPYC with AVX512-BF16 and no AMX (there the Gemma 3 270M "
+    "package was 1.17 / 0.98 × vLLM at 275b579, before greedy rows stopped paying a "
+    "log-softmax over its 262,144-token vocabulary that nobody asked for). Compare within a "
+    "row, not across dates. A batch's tok/s is its tokens over the time until its last "
+    "request ends, so one request started late costs the whole batch (rows at 4fb71a0 had "
+    "Triton's dynamic batcher in front of the cpu model, which held such a request up to "
+    "500 ms; the model has none now). The gemma2 row is from d99e16e, where Gemma 2's RoPE "
+    "and cache writes became one fused pass (before it, at de71d99 the same hour: 0.94 / "
+    "1.03). Short runs like these move by ~10%: a ratio within ~0.1 of 1 says little.",
 ]
 
 
