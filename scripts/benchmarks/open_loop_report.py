@@ -103,6 +103,11 @@ def _closed_cells(batches: Sequence[Batch]) -> tuple[float, float, float, float]
     )
 
 
+def _ratio(ours: float, theirs: float) -> str:
+    """ours / theirs; "–" where a batch had nothing to measure (one wave: no TTFT after it)."""
+    return f"{ours / theirs:.2f}" if theirs > 0 else "–"
+
+
 def closed_section(turns: Sequence[Turn], levels: Sequence[int]) -> list[str]:
     lines = [
         "### Closed loop: vLLM's configurations",
@@ -141,7 +146,7 @@ def closed_section(turns: Sequence[Turn], levels: Sequence[int]) -> list[str]:
             lines.append(
                 f"| {level} | {name} | {peer[0]:.1f} | {cells[0]:.1f} | "
                 f"**{cells[0] / peer[0]:.2f}** | {peer[1]:.0f} → {cells[1]:.0f} | "
-                f"{cells[1] / peer[1]:.2f} | {peer[2]:.0f} → {cells[2]:.0f} |"
+                f"{_ratio(cells[1], peer[1])} | {peer[2]:.0f} → {cells[2]:.0f} |"
             )
         if direct := _closed(turns, "TritonBox Triton", level):
             cells = _closed_cells(direct)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import json
 import re
 import signal
 import subprocess
@@ -272,6 +274,9 @@ def main() -> int:
             except (RuntimeError, OSError, httpx.HTTPError) as error:  # vLLM's rows still count
                 args.notes.append(f"TritonBox's turn {rep + 1} failed: {str(error)[:300]}")
                 print(args.notes[-1], file=sys.stderr)
+    # The measurements first, beside the page: a run of half an hour outlives a page that fails.
+    data = [dataclasses.asdict(turn) for turn in turns]
+    args.output.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
     args.output.write_text(page(turns, args, time.monotonic() - started))
     print(args.output.read_text())
     return 0

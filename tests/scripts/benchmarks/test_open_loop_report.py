@@ -80,3 +80,21 @@ def test_tritonbox_is_set_against_the_best_configuration(
     assert f"{row} **1.50** |" in text
     assert "at abc1234 (" in text and text.endswith("\nA note.\n")
     assert "(pinned), resident after the run: 2.00 / 2.00 GiB = **1.00×**" in text
+
+
+def test_a_closed_loop_of_one_wave_has_no_steady_ttft_to_compare(
+    bench: tuple[ModuleType, ModuleType],
+) -> None:
+    """--waves 1: every request is in the first wave, so the TTFT after it is not measured; the
+    page says so instead of dividing by zero (which lost a 20-minute run's page)."""
+    _, report = bench
+    from scripts.benchmarks.vllm_report import Batch
+
+    def turn(server: str, config: str, ttft: float, wall: float) -> object:
+        made = report.Turn(server, config, 60.0)
+        made.closed = [Batch(server, 8, wall, [(ttft, 128, 2.0)] * 8, 0.01)]
+        return made
+
+    turns = [turn("vLLM pinned", "pinned", 0.2, 4.0), turn("TritonBox api", "TritonBox", 0.1, 3.2)]
+    lines = report.closed_section(turns, [8])
+    assert "| 8 | pinned | 256.0 | 320.0 | **1.25** | 0 → 0 | – | 200 → 100 |" in lines
