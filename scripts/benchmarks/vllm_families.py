@@ -31,11 +31,14 @@ EIGHT_STREAMS = [
     "package was 1.17 / 0.98 × vLLM at 275b579, before greedy rows stopped paying a "
     "log-softmax over its 262,144-token vocabulary that nobody asked for). Compare within a "
     "row, not across dates. A batch's tok/s is its tokens over the time until its last "
-    "request ends, so one request started late costs the whole batch (rows at 4fb71a0 had "
-    "Triton's dynamic batcher in front of the cpu model, which held such a request up to "
-    "500 ms; the model has none now). The gemma2 row is from d99e16e, where Gemma 2's RoPE "
-    "and cache writes became one fused pass (before it, at de71d99 the same hour: 0.94 / "
-    "1.03). Short runs like these move by ~10%: a ratio within ~0.1 of 1 says little.",
+    "request ends, so one request started late costs the whole batch. Short runs like these "
+    "move by more than their ranges show on a shared machine: random qwen2 at 53d321c gave "
+    "0.89 / 0.91 at 22:53 and 1.20 / 1.08 at 23:14 the same evening, the same code, with "
+    "the rest of the machine idle both times (random mistral at 22:47, not kept, ran while "
+    "others took 0.5 cores). The gemma2 row is from d99e16e, where Gemma 2's RoPE and cache "
+    "writes became one fused pass (before it, at de71d99 the same hour: 0.94 / 1.03). On "
+    "this machine vLLM is fastest on the Llama-shaped checkpoints (mistral, qwen2): there "
+    "TritonBox's first tokens come ~50 ms later at 8 streams.",
 ]
 
 
