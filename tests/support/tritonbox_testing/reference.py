@@ -49,6 +49,10 @@ def greedy_ids(
     """Greedy generate()'s new ids, through the first `eos` when one came: the cpu engine sends
     the end token that ended an answer too (engine/responses.py, `Responses.advance`)."""
     ids, _ = greedy_generate(model, prompt, max_tokens, **kwargs)
+    return _through(ids, eos)
+
+
+def _through(ids: list[int], eos: int) -> list[int]:
     return ids[: ids.index(eos) + 1] if eos in ids else ids
 
 
@@ -71,7 +75,7 @@ def assert_greedy_as_generate(
     """`got` is greedy generate()'s answer (`greedy_ids`), or parts from it only at a near tie:
     where generate()'s best two were within `TIE_NATS` and `got` took the other one."""
     ids, logprobs = greedy_generate(model, prompt, max_tokens)
-    expected = ids[: ids.index(eos) + 1] if eos in ids else ids
+    expected = _through(ids, eos)
     at = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), None)
     if at is None:
         assert got == expected

@@ -7,10 +7,9 @@ for a batch those calls were most of a step's Python time: 16 greedy rows, or a 
 logits nothing but min_tokens' ban of the end id changes (no penalty, bad word or grammar), share
 them instead: the greedy ones one argmax (and one log-softmax, for the rows that asked for
 log-probs), the sampled ones one division by their temperatures, one log-softmax and one search
-for top-p's candidates. Each of those works
-along its row only, so every row's result is its lone one's bit for bit (tested); a sampled row
-then decides top-p among its few candidates and draws from its own seeded generator. The other
-rows go through `choose_token` one at a time.
+for top-p's candidates. Each of those works along its row only, so every row's result is its
+lone one's bit for bit (tested); a sampled row then decides top-p among its few candidates and
+draws from its own seeded generator. The other rows go through `choose_token` one at a time.
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ def _with_top(choice: TokenChoice, logprobs: torch.Tensor, state: SequenceState)
     return choice
 
 
-def wants_logprobs(state: SequenceState) -> bool:
+def _wants_logprobs(state: SequenceState) -> bool:
     params = state.params
     return params.return_log_probs or params.num_top_logprobs > 0
 
@@ -73,7 +72,7 @@ def _greedy(rows: torch.Tensor, states: Sequence[SequenceState]) -> list[TokenCh
     choices = [TokenChoice(token=token, logprob=0.0) for token in tokens.tolist()]
     # Only rows that asked for log-probs pay a log-softmax (a 262k vocabulary's is ~8% of a
     # step); the others' log-prob is 0, as TensorRT-LLM's when return_log_probs is off.
-    scored = [row for row, state in enumerate(states) if wants_logprobs(state)]
+    scored = [row for row, state in enumerate(states) if _wants_logprobs(state)]
     if scored:
         part = rows if len(scored) == len(states) else rows[torch.tensor(scored)]
         logprobs = torch.log_softmax(part, dim=-1)
