@@ -137,7 +137,9 @@ class AttentionKernel:
             query = torch.randn(rows, kv_heads, groups, dim, generator=generator).bfloat16()
             batched = self.decode(query, keys, values, DecodeRows(lengths), dim**-0.5)
             exact = _float64_decode(query, keys, values, lengths, dim**-0.5)
-            if not _close(batched, exact):
+            # Floored as in _causal_agrees: with 8 kv heads of 128 (Mistral, Llama 3) one output
+            # of 16,384 cancelled to 8.1e-7 and came out 1.7e-8 from float64's, 2% of itself.
+            if not _close(batched, exact, floor=2**-16):
                 return False
             nearest += int((batched == exact.to(torch.bfloat16)).sum())
             total += exact.numel()
