@@ -91,10 +91,13 @@ static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out,
             }
     float totals[MAX_GROUPS];
     for (long g = 0; g < groups; g++) {
-        float *row = scores + g * padded, top = -INFINITY;
-        for (long j = 0; j < length; j++) top = row[j] > top ? row[j] : top;
+        float *row = scores + g * padded;
         for (long j = length; j < padded; j++) row[j] = -INFINITY;
-        __m512 shift = _mm512_set1_ps(top), sum = _mm512_setzero_ps();
+        /* The largest score, 16 lanes at a time (a maximum is exact in any order): a scalar
+           running maximum is a chain of dependent compares, a third of a long prompt's time. */
+        __m512 top = _mm512_set1_ps(-INFINITY);
+        for (long j = 0; j < padded; j += 16) top = _mm512_max_ps(_mm512_load_ps(row + j), top);
+        __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(top)), sum = _mm512_setzero_ps();
         for (long j = 0; j < padded; j += 16) {
             __m512 e = vexp(_mm512_sub_ps(_mm512_load_ps(row + j), shift));
             _mm512_store_ps(row + j, e);
