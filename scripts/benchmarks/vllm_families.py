@@ -26,19 +26,22 @@ DISTURBED = 0.25  # cores the rest of the machine may use before a row is marked
 # fell below vLLM (the dynamic batcher once in front of the cpu model, or a slower step).
 EIGHT_STREAMS = [
     "**Reading the rows.** Each row names the commit and hour it ran, on whichever machine "
-    "the session had: the rows of 2026-11-28 and 2026-12-01 on an Intel Xeon with AMX, those "
-    "of 2026-11-29 on an AMD EPYC with AVX512-BF16 and no AMX (there the Gemma 3 270M "
-    "package was 1.17 / 0.98 × vLLM at 275b579, before greedy rows stopped paying a "
-    "log-softmax over its 262,144-token vocabulary that nobody asked for). Compare within a "
-    "row, not across dates. A batch's tok/s is its tokens over the time until its last "
-    "request ends, so one request started late costs the whole batch. Short runs like these "
-    "move by more than their ranges show on a shared machine: random qwen2 at 53d321c gave "
-    "0.89 / 0.91 at 22:53 and 1.20 / 1.08 at 23:14 the same evening, the same code, with "
-    "the rest of the machine idle both times (random mistral at 22:47, not kept, ran while "
-    "others took 0.5 cores). The gemma2 row is from d99e16e, where Gemma 2's RoPE and cache "
-    "writes became one fused pass (before it, at de71d99 the same hour: 0.94 / 1.03). On "
-    "this machine vLLM is fastest on the Llama-shaped checkpoints (mistral, qwen2): there "
-    "TritonBox's first tokens come ~50 ms later at 8 streams.",
+    "the session had: the rows of 2026-11-28, 2026-12-01 and 2026-12-02 on an Intel Xeon "
+    "with AMX, those of 2026-11-29 on an AMD EPYC with AVX512-BF16 and no AMX (there the "
+    "Gemma 3 270M package was 1.17 / 0.98 × vLLM at 275b579, before greedy rows stopped "
+    "paying a log-softmax over its 262,144-token vocabulary that nobody asked for). Compare "
+    "within a row, not across dates. A batch's tok/s is its tokens over the time until its "
+    "last request ends, so one request started late costs the whole batch. Short runs like "
+    "these move by more than their ranges show on a shared machine: random qwen2 at 53d321c "
+    "gave 0.89 / 0.91 at 22:53 and 1.20 / 1.08 at 23:14 the same evening, the same code, "
+    "with the rest of the machine idle both times; random mistral at 53d321c gave 1.06 / "
+    "0.93, and at 2c8dad1 (three turns each, the attention's only change a faster softmax "
+    "maximum with the same bits) 1.09 / 1.03, its 8-stream turns 204–264 tok/s against "
+    "vLLM's 195–225. The qwen2 row of 2026-12-02 ran while something else took 0.26–0.29 "
+    "cores. The gemma2 row is from d99e16e, where Gemma 2's RoPE and cache writes became one "
+    "fused pass (before it, at de71d99 the same hour: 0.94 / 1.03). On this machine vLLM's "
+    "first tokens come sooner at 8 streams on the Llama-shaped checkpoints (mistral: 153 "
+    "against 182 ms).",
 ]
 
 
@@ -113,7 +116,7 @@ def page(data: Path) -> str:
         "from the family's transformers config); *real* is a released checkpoint. tok/s: the "
         "median over the turns (min–max); TTFT and TPOT: medians over every request; *others*: "
         "the most CPU (cores) the rest of the machine used during a batch. *commit*: the "
-        "engine measured. These runs are short (few requests per batch, two turns each) so "
+        "engine measured. These runs are short (few requests per batch, two or three turns) so "
         "that the machine is not held long: compare the servers within a row, where both "
         "met the same machine minutes apart, not a row with docs/benchmark-vllm-cpu.md. Where "
         f"*others* exceeds {DISTURBED} cores, something outside the benchmark (and its lock) "
