@@ -5,6 +5,7 @@ gRPC path apart), memory as whole process trees, and the servers' logs kept besi
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import statistics
@@ -93,11 +94,11 @@ def _closed_cells(batches: Sequence[Batch]) -> tuple[float, float, float, float]
     """tok/s (median over turns), TTFT p50 after each batch's first wave, the first wave's
     TTFT p50 (its requests sent at once: a burst, not yet the closed loop), TPOT p50; in ms."""
     level = batches[0].concurrency
-    steady = [s[0] for b in batches for s in b.samples[level:]] or [0.0]
+    steady = [s[0] for b in batches for s in b.samples[level:]]
     first = [s[0] for b in batches for s in b.samples[:level]]
     return (
         statistics.median(b.tokens_per_s for b in batches),
-        statistics.median(steady) * 1000,
+        statistics.median(steady) * 1000 if steady else math.nan,  # one wave: none after it
         statistics.median(first) * 1000,
         statistics.median(t for b in batches for t in b.tpots()) * 1000,
     )
@@ -105,7 +106,12 @@ def _closed_cells(batches: Sequence[Batch]) -> tuple[float, float, float, float]
 
 def _ratio(ours: float, theirs: float) -> str:
     """ours / theirs; "–" where a batch had nothing to measure (one wave: no TTFT after it)."""
-    return f"{ours / theirs:.2f}" if theirs > 0 else "–"
+    return f"{ours / theirs:.2f}" if theirs > 0 and math.isfinite(ours) else "–"
+
+
+def _ms(value: float) -> str:
+    """Milliseconds, or "–" where nothing was measured (nan)."""
+    return f"{value:.0f}" if math.isfinite(value) else "–"
 
 
 def closed_section(turns: Sequence[Turn], levels: Sequence[int]) -> list[str]:
@@ -124,7 +130,7 @@ def closed_section(turns: Sequence[Turn], levels: Sequence[int]) -> list[str]:
                 cells = _closed_cells(batches)
                 if level not in best or cells[0] > best[level][1][0]:
                     best[level] = (config, cells)
-                lines.append(f"| {level} | {config} | {cells[0]:.1f} | {cells[1]:.0f} | "
+                lines.append(f"| {level} | {config} | {cells[0]:.1f} | {_ms(cells[1])} | "
                              f"{cells[2]:.0f} | {cells[3]:.1f} |")  # fmt: skip
     lines += [
         "",
@@ -145,12 +151,12 @@ def closed_section(turns: Sequence[Turn], levels: Sequence[int]) -> list[str]:
             cells = _closed_cells(ours)
             lines.append(
                 f"| {level} | {name} | {peer[0]:.1f} | {cells[0]:.1f} | "
-                f"**{cells[0] / peer[0]:.2f}** | {peer[1]:.0f} → {cells[1]:.0f} | "
+                f"**{cells[0] / peer[0]:.2f}** | {_ms(peer[1])} → {_ms(cells[1])} | "
                 f"{_ratio(cells[1], peer[1])} | {peer[2]:.0f} → {cells[2]:.0f} |"
             )
         if direct := _closed(turns, "TritonBox Triton", level):
             cells = _closed_cells(direct)
-            grpc.append(f"| {level} | {cells[0]:.1f} | {cells[1]:.0f} | {cells[2]:.0f} |")
+            grpc.append(f"| {level} | {cells[0]:.1f} | {_ms(cells[1])} | {cells[2]:.0f} |")
     return lines + grpc
 
 

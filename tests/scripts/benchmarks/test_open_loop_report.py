@@ -86,7 +86,8 @@ def test_a_closed_loop_of_one_wave_has_no_steady_ttft_to_compare(
     bench: tuple[ModuleType, ModuleType],
 ) -> None:
     """--waves 1: every request is in the first wave, so the TTFT after it is not measured; the
-    page says so instead of dividing by zero (which lost a 20-minute run's page)."""
+    page shows "–" for it (not 0) instead of dividing by zero (which lost a 20-minute run's
+    page)."""
     _, report = bench
     from scripts.benchmarks.vllm_report import Batch
 
@@ -97,4 +98,5 @@ def test_a_closed_loop_of_one_wave_has_no_steady_ttft_to_compare(
 
     turns = [turn("vLLM pinned", "pinned", 0.2, 4.0), turn("TritonBox api", "TritonBox", 0.1, 3.2)]
     lines = report.closed_section(turns, [8])
-    assert "| 8 | pinned | 256.0 | 320.0 | **1.25** | 0 → 0 | – | 200 → 100 |" in lines
+    assert "| 8 | pinned | 256.0 | 320.0 | **1.25** | – → – | – | 200 → 100 |" in lines
+    assert "| 8 | pinned | 256.0 | – | 200 | 14.2 |" in lines
