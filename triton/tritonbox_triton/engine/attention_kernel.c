@@ -94,7 +94,8 @@ static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out,
         float *row = scores + g * padded;
         for (long j = length; j < padded; j++) row[j] = -INFINITY;
         /* The largest score, 16 lanes at a time (a maximum is exact in any order): a scalar
-           running maximum is a chain of dependent compares, a third of a long prompt's time. */
+           running maximum is a chain of dependent compares, a third of a long prompt's
+           attention. */
         __m512 top = _mm512_set1_ps(-INFINITY);
         for (long j = 0; j < padded; j += 16) top = _mm512_max_ps(_mm512_load_ps(row + j), top);
         __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(top)), sum = _mm512_setzero_ps();

@@ -27,6 +27,11 @@ _P, _L = ctypes.c_void_p, ctypes.c_long
 _SEED = 20261126
 # Each output within one bfloat16 step of float64's attention, and most of them its rounding.
 _NEAREST_SHARE = 0.97
+# The smallest magnitude a bfloat16 step is measured from: an output that cancels to near 0
+# keeps float32's error of its terms (~1e-8 to 1e-7). With a head of 256 (Gemma 3) one causal
+# output of 138,240 cancelled to 5.6e-7; with 8 kv heads of 128 (Mistral 7B, Llama 3 8B) one
+# decode output of 16,384 to 8.1e-7, 1.7e-8 (2% of itself) from float64's.
+_FLOOR = 2**-16
 
 
 class DecodeRows:
@@ -137,9 +142,7 @@ class AttentionKernel:
             query = torch.randn(rows, kv_heads, groups, dim, generator=generator).bfloat16()
             batched = self.decode(query, keys, values, DecodeRows(lengths), dim**-0.5)
             exact = _float64_decode(query, keys, values, lengths, dim**-0.5)
-            # Floored as in _causal_agrees: with 8 kv heads of 128 (Mistral, Llama 3) one output
-            # of 16,384 cancelled to 8.1e-7 and came out 1.7e-8 from float64's, 2% of itself.
-            if not _close(batched, exact, floor=2**-16):
+            if not _close(batched, exact):
                 return False
             nearest += int((batched == exact.to(torch.bfloat16)).sum())
             total += exact.numel()
@@ -166,9 +169,7 @@ class AttentionKernel:
         exact = torch.nn.functional.scaled_dot_product_attention(
             query.double(), keys.double(), values.double(), is_causal=True, enable_gqa=True
         ).transpose(1, 2)
-        # As in _windowed_agrees: with a head of 256 (Gemma 3) one output of 138,240 cancelled
-        # to 5.6e-7, where float32's error of its terms is ~1e-8.
-        if not _close(batched, exact.flatten(2), floor=2**-16):
+        if not _close(batched, exact.flatten(2)):
             return False
         shorter = length - 7  # a shorter prompt alone gives its positions the same bits
         alone = self.causal(query[1:2, :, :shorter], keys[1:2, :, :shorter],
@@ -190,8 +191,7 @@ class AttentionKernel:
         scores = torch.tanh(scores / cap) * cap
         scores = scores.masked_fill(~windowed.causal_allowed(length, window), float("-inf"))
         exact = torch.matmul(scores.softmax(-1), grouped[1])
-        # An output that cancels to near 0 keeps float32's error of its terms (~1e-7): floor.
-        if not _close(causal, exact.transpose(1, 2).flatten(2), floor=2**-16):
+        if not _close(causal, exact.transpose(1, 2).flatten(2)):
             return False
         last = query[:, :, -1:].transpose(1, 2).reshape(rows, kv_heads, groups, dim)
         lengths = torch.full((rows,), length)
@@ -200,9 +200,9 @@ class AttentionKernel:
         return torch.equal(decoded, causal[:, -1])
 
 
-def _close(mine: torch.Tensor, exact: torch.Tensor, floor: float = 2**-126) -> bool:
-    """Within one bfloat16 step of `exact` everywhere (of `floor` at least)."""
-    step = exact.abs().clamp(min=floor) * 2**-7
+def _close(mine: torch.Tensor, exact: torch.Tensor) -> bool:
+    """Within one bfloat16 step of `exact` everywhere (of `_FLOOR` at least)."""
+    step = exact.abs().clamp(min=_FLOOR) * 2**-7
     return not bool(((mine.double() - exact).abs() > step).any())
 
 
