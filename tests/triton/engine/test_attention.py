@@ -215,3 +215,26 @@ def test_the_compiled_kernel_refuses_a_prompt_longer_than_its_keys() -> None:
     query, keys = randn(1, HEADS, 9, DIM, seed=21), randn(1, KV_HEADS, 8, DIM, seed=22)
     with pytest.raises(ValueError, match="9 positions over 8 keys"):
         kernel.causal(query, keys, keys, DIM**-0.5)
+
+
+@pytest.mark.parametrize(("kv_heads", "groups", "dim"), [(3, 3, 64), (2, 4, 64), (1, 4, 256)])
+def test_a_prompt_position_has_a_decode_rows_bits_in_any_chunking(
+    kv_heads: int, groups: int, dim: int
+) -> None:
+    """The compiled prefill attends a block of positions side by side (each key widened once for
+    all of them): each position still has the bits of a decode row over the same keys, however
+    the prompt is cut into chunks (the blocks then fall on other positions)."""
+    kernel = attention_kernel(fused_ops.load(None), torch.bfloat16, kv_heads, groups, dim)
+    if kernel is None:
+        pytest.skip("no compiled attention for these heads on this machine")
+    length, scaling = 70, dim**-0.5
+    query = randn(1, kv_heads * groups, length, dim, seed=23)
+    keys, values = (randn(1, kv_heads, length, dim, seed=seed) for seed in (24, 25))
+    whole = kernel.causal(query, keys, values, scaling)
+    chunks = [kernel.causal(query[:, :, a:b], keys[:, :, :b], values[:, :, :b], scaling, before=a)
+              for a, b in ((0, 5), (5, 38), (38, length))]  # fmt: skip
+    assert torch.equal(torch.cat(chunks, dim=1), whole)
+    for t in range(length):
+        row = query[:, :, t].reshape(1, kv_heads, groups, dim).contiguous()
+        decoded = kernel.decode(row, keys, values, DecodeRows(torch.tensor([t + 1])), scaling)
+        assert torch.equal(decoded[0], whole[0, t]), t

@@ -2,11 +2,12 @@
    and row) and a prompt's (causal: the query at position t of `positions` over the keys up to
    its own).
 
-   Each (row, kv head) is one task on one thread: for each of the row's query positions, the
-   scores of the head's query group against the keys it sees in float32 (products summed over
-   the head dimension in a fixed order, then scaled), their softmax in float32 (Sleef's exp, as
-   ATen's), the weighted sum of the values in float32, and one rounding of each output to
-   bfloat16. A sliding window (`window` > 0) starts a query's keys `window` before its own
+   Each (row, kv head, block of a prompt's positions) is one task on one thread: for each query
+   position, the scores of the head's query group against the keys it sees in float32 (products
+   summed over the head dimension in a fixed order, then scaled), their softmax in float32
+   (Sleef's exp, as ATen's), the weighted sum of the values in float32, and one rounding of each
+   output to bfloat16. A block's positions share each key's and value's widening (attend()),
+   with each position's sums the same operations in the same order as alone. A sliding window (`window` > 0) starts a query's keys `window` before its own
    position; a soft cap (`softcap` > 0) takes each scaled score s to cap · tanh(s / cap) before
    the softmax (Gemma 2), in float32 as windowed.py computes them. Nothing in a row's result
    depends on its neighbours, on how many columns the batch is padded to or on the thread
@@ -52,19 +53,19 @@ typedef struct {
     long key_column, value_column;
 } Columns;
 
-/* One query group (`groups` heads of `chunks` × 16, contiguous) against the first `length`
-   columns; `scores` holds groups × padded floats. `ahead`: where to prefetch the next task's
-   keys from while the values are summed. */
-static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out, long groups,
-                          int chunks, float scale, float softcap, exp16 vexp, float *scores,
-                          long padded, const bf16 *ahead) {
-    long dim = 16L * chunks, whole = length & ~15L;
-    __m512 q[MAX_GROUPS][MAX_CHUNKS], k[MAX_CHUNKS];
-    for (long g = 0; g < groups; g++)
-        for (int c = 0; c < chunks; c++) q[g][c] = widen16(query + g * dim + 16 * c);
+#define JOINT 4 /* a prompt's positions attended side by side, at most */
+#define ALWAYS static inline __attribute__((always_inline))
+
+/* `queries` query groups' (`groups` heads each, `q[n * MAX_GROUPS + g]`) scaled scores against
+   columns [from, whole) of kv, whole blocks of 16 from `from` (a multiple of 16): group n's
+   scores from scores + n * groups * padded. Each score is one query's products summed by
+   lane_sums, whichever of the queries are computed beside it. */
+ALWAYS void score_blocks(__m512 (*q)[MAX_CHUNKS], int queries, Columns kv, long from, long whole,
+                         long groups, int chunks, float scale, float *scores, long padded) {
     const __m512 vscale = _mm512_set1_ps(scale);
-    for (long j0 = 0; j0 < whole; j0 += 16) {
-        __m512 part[MAX_GROUPS][16];
+    __m512 k[MAX_CHUNKS];
+    for (long j0 = from; j0 < whole; j0 += 16) {
+        __m512 part[JOINT * MAX_GROUPS][16];
         for (int j = 0; j < 16; j++) {
             const bf16 *key = kv.keys + (j0 + j) * kv.key_column;
             /* Ahead of use: this column's values (read after the softmax) and the keys 16 on. */
@@ -73,65 +74,132 @@ static inline void attend(const bf16 *query, Columns kv, long length, bf16 *out,
                 _mm_prefetch((const char *)(key + 16 * kv.key_column + 16 * c), _MM_HINT_T0);
             }
             for (int c = 0; c < chunks; c++) k[c] = widen16(key + 16 * c);
-            for (long g = 0; g < groups; g++) part[g][j] = products(q[g], k, chunks);
+            for (int n = 0; n < queries; n++)
+                for (long g = 0; g < groups; g++)
+                    part[n * groups + g][j] = products(q[n * MAX_GROUPS + g], k, chunks);
         }
-        for (long g = 0; g < groups; g++)
-            _mm512_store_ps(scores + g * padded + j0, _mm512_mul_ps(lane_sums(part[g]), vscale));
+        for (int n = 0; n < queries; n++)
+            for (long g = 0; g < groups; g++)
+                _mm512_store_ps(scores + (n * groups + g) * padded + j0,
+                                _mm512_mul_ps(lane_sums(part[n * groups + g]), vscale));
     }
+}
+
+/* One query group's scores against columns [from, length): whole blocks, then one by one. */
+ALWAYS void score_rest(__m512 (*q)[MAX_CHUNKS], Columns kv, long from, long length, long groups,
+                       int chunks, float scale, float *scores, long padded) {
+    long whole = length & ~15L;
+    score_blocks(q, 1, kv, from, whole, groups, chunks, scale, scores, padded);
+    __m512 k[MAX_CHUNKS];
     for (long j = whole; j < length; j++) {
         for (int c = 0; c < chunks; c++) k[c] = widen16(kv.keys + j * kv.key_column + 16 * c);
         for (long g = 0; g < groups; g++)
             scores[g * padded + j] = _mm512_reduce_add_ps(products(q[g], k, chunks)) * scale;
     }
+}
+
+/* Softcap, then each group's softmax numerators in place (columns past `length` to 0); their
+   sums in totals. */
+ALWAYS void exponentiate(float *scores, long length, long groups, long padded, float softcap,
+                         exp16 vexp, float *totals) {
     if (softcap > 0.f)
         for (long g = 0; g < groups; g++)
             for (long j = 0; j < length; j++) {
                 float *s = scores + g * padded + j;
                 *s = tanhf(*s / softcap) * softcap;
             }
-    float totals[MAX_GROUPS];
+    long end = (length + 15) & ~15L; /* past it only a longer position's columns, or none */
     for (long g = 0; g < groups; g++) {
         float *row = scores + g * padded;
-        for (long j = length; j < padded; j++) row[j] = -INFINITY;
+        for (long j = length; j < end; j++) row[j] = -INFINITY;
         /* The largest score, 16 lanes at a time (a maximum is exact in any order): a scalar
            running maximum is a chain of dependent compares, a third of a long prompt's
            attention. */
         __m512 top = _mm512_set1_ps(-INFINITY);
-        for (long j = 0; j < padded; j += 16) top = _mm512_max_ps(_mm512_load_ps(row + j), top);
+        for (long j = 0; j < end; j += 16) top = _mm512_max_ps(_mm512_load_ps(row + j), top);
         __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(top)), sum = _mm512_setzero_ps();
-        for (long j = 0; j < padded; j += 16) {
+        for (long j = 0; j < end; j += 16) {
             __m512 e = vexp(_mm512_sub_ps(_mm512_load_ps(row + j), shift));
             _mm512_store_ps(row + j, e);
             sum = _mm512_add_ps(sum, e);
         }
         totals[g] = _mm512_reduce_add_ps(sum);
     }
-    __m512 acc[MAX_GROUPS][MAX_CHUNKS], v[MAX_CHUNKS];
-    for (long g = 0; g < groups; g++)
-        for (int c = 0; c < chunks; c++) acc[g][c] = _mm512_setzero_ps();
-    for (long j = 0; j < length; j++) {
+}
+
+/* One or two query groups' (`pair`, a constant where inlined) weighted sums of the values, the
+   second seeing one column more, each summed in column order; out[n] rounded once. */
+ALWAYS void weigh_values(const float *scores, const int pair, Columns kv, long length,
+                         long groups, int chunks, const float *totals, bf16 *const *out,
+                         long padded, const bf16 *ahead) {
+    long dim = 16L * chunks, stride = groups * padded;
+    __m512 acc[2][MAX_GROUPS][MAX_CHUNKS], v[MAX_CHUNKS];
+    for (int n = 0; n < pair; n++)
+        for (long g = 0; g < groups; g++)
+            for (int c = 0; c < chunks; c++) acc[n][g][c] = _mm512_setzero_ps();
+    for (long j = 0; j < length + pair - 1; j++) {
         for (int c = 0; c < chunks; c += 2)
             _mm_prefetch((const char *)(ahead + j * kv.key_column + 16 * c), _MM_HINT_T0);
         for (int c = 0; c < chunks; c++) v[c] = widen16(kv.values + j * kv.value_column + 16 * c);
-        for (long g = 0; g < groups; g++) {
-            __m512 weight = _mm512_set1_ps(scores[g * padded + j]);
-            for (int c = 0; c < chunks; c++) acc[g][c] = _mm512_fmadd_ps(weight, v[c], acc[g][c]);
-        }
+        int last = j == length; /* the second's last column, not the first's */
+        for (int n = 0; n < pair; n++)
+            for (long g = 0; g < groups; g++) {
+                __m512 weight = _mm512_set1_ps(scores[n * stride + g * padded + j]);
+                if (!(n == 0 && last))
+                    for (int c = 0; c < chunks; c++)
+                        acc[n][g][c] = _mm512_fmadd_ps(weight, v[c], acc[n][g][c]);
+            }
     }
-    for (long g = 0; g < groups; g++) {
-        __m512 total = _mm512_set1_ps(totals[g]);
-        for (int c = 0; c < chunks; c++)
-            store16(out + g * dim + 16 * c, round16(_mm512_div_ps(acc[g][c], total)));
+    for (int n = 0; n < pair; n++)
+        for (long g = 0; g < groups; g++) {
+            __m512 total = _mm512_set1_ps(totals[n * MAX_GROUPS + g]);
+            for (int c = 0; c < chunks; c++)
+                store16(out[n] + g * dim + 16 * c, round16(_mm512_div_ps(acc[n][g][c], total)));
+        }
+}
+
+/* `count` (≤ JOINT) consecutive query positions of one group (heads contiguous, positions
+   `query_step` apart; outputs `out_step` apart), the first over the first `length` columns and
+   each next over one more. A position's bits are those it has computed alone: the columns all
+   of them see in whole blocks are scored together, each key widened once for all; the rest as
+   alone; the values summed two positions at a time. `scores`: count × groups × padded floats;
+   `ahead`: where to prefetch the next task's keys from. */
+ALWAYS void attend(const bf16 *query, long query_step, int count, Columns kv, long length,
+                   bf16 *out, long out_step, long groups, int chunks, float scale,
+                   float softcap, exp16 vexp, float *scores, long padded, const bf16 *ahead) {
+    long dim = 16L * chunks, shared = count > 1 ? length & ~15L : 0, stride = groups * padded;
+    __m512 q[JOINT * MAX_GROUPS][MAX_CHUNKS];
+    float totals[JOINT * MAX_GROUPS];
+    for (int n = 0; n < count; n++)
+        for (long g = 0; g < groups; g++)
+            for (int c = 0; c < chunks; c++)
+                q[n * MAX_GROUPS + g][c] = widen16(query + n * query_step + g * dim + 16 * c);
+    if (count == JOINT) /* a constant for the compiler */
+        score_blocks(q, JOINT, kv, 0, shared, groups, chunks, scale, scores, padded);
+    else
+        score_blocks(q, count, kv, 0, shared, groups, chunks, scale, scores, padded);
+    for (int n = 0; n < count; n++) {
+        score_rest(q + n * MAX_GROUPS, kv, shared, length + n, groups, chunks, scale,
+                   scores + n * stride, padded);
+        exponentiate(scores + n * stride, length + n, groups, padded, softcap, vexp,
+                     totals + n * MAX_GROUPS);
+    }
+    for (int n = 0; n < count; n += 2) {
+        bf16 *const outs[2] = {out + n * out_step, out + (n + 1) * out_step};
+        if (count - n > 1)
+            weigh_values(scores + n * stride, 2, kv, length + n, groups, chunks,
+                         totals + n * MAX_GROUPS, outs, padded, ahead);
+        else
+            weigh_values(scores + n * stride, 1, kv, length + n, groups, chunks,
+                         totals + n * MAX_GROUPS, outs, padded, ahead);
     }
 }
-#endif
 
-#ifdef __AVX512F__
 /* A prompt's positions are cut into blocks of this many, each block a task of its own: a lone
    prompt (or a chunk of one) has as few (row, kv head) tasks as kv heads (3 for SmolLM2), which
    left one of two threads idle for a third of its attention. A position's result does not
-   depend on which task computes it. */
-#define POSITION_BLOCK 4
+   depend on which task computes it; a block's positions are attended side by side. */
+#define POSITION_BLOCK JOINT
 
 typedef struct {
     const bf16 *query, *keys, *values;
@@ -153,9 +221,12 @@ static int run_task(const Attention *a, long task) {
     long dim = a->dim, begin = block * POSITION_BLOCK;
     long end = begin + POSITION_BLOCK < a->positions ? begin + POSITION_BLOCK : a->positions;
     int chunks = (int)(dim / 16);
+    /* A block its window does not cut into (its last position sees from column 0) is attended
+       as one; else position by position, each from its window's start. */
+    int joint = a->window <= 0 || first + end - 1 <= a->window, count = joint ? (int)(end - begin) : 1;
     float on_stack[STACK_SCORES] __attribute__((aligned(64)));
-    int small = groups * padded <= STACK_SCORES;
-    float *scores = small ? on_stack : aligned_alloc(64, sizeof(float) * (size_t)(groups * padded));
+    int small = count * groups * padded <= STACK_SCORES;
+    float *scores = small ? on_stack : aligned_alloc(64, sizeof(float) * (size_t)(count * groups * padded));
     if (!scores || first < 1) {
         if (!small) free(scores);
         return 1;
@@ -164,22 +235,25 @@ static int run_task(const Attention *a, long task) {
                   a->values + row * a->value_row + head * a->value_head, a->key_column,
                   a->value_column};
     long tasks = a->rows * a->kv_heads * a->blocks, after = task + 1 < tasks ? task + 1 : task;
-    long after_pair = after % (a->rows * a->kv_heads);
+    long after_pair = after % (a->rows * a->kv_heads), out_step = a->kv_heads * groups * dim;
     const bf16 *ahead = a->keys + (after_pair / a->kv_heads) * a->key_row +
                         (after_pair % a->kv_heads) * a->key_head;
-    for (long t = begin; t < end; t++) {
+    for (long t = begin; t < end; t += count) {
         const bf16 *q = a->query + row * a->query_row + t * a->query_position + head * groups * dim;
-        bf16 *o = a->out + ((row * a->positions + t) * a->kv_heads + head) * groups * dim;
-        const bf16 *next = t + 1 < end ? kv.keys : ahead;
+        bf16 *o = a->out + (row * a->positions + t) * out_step + head * groups * dim;
+        const bf16 *next = t + count < end ? kv.keys : ahead;
         long seen = first + t, start = a->window > 0 && seen > a->window ? seen - a->window : 0;
         Columns in = {kv.keys + start * a->key_column, kv.values + start * a->value_column,
                       a->key_column, a->value_column};
-        if (chunks == 4) /* the common head dimension of 64, unrolled by the compiler */
-            attend(q, in, seen - start, o, groups, 4, a->scale, a->softcap, a->vexp, scores,
-                   padded, next);
+        if (chunks == 4 && groups == 3) /* SmolLM2's heads, unrolled by the compiler */
+            attend(q, a->query_position, count, in, seen - start, o, out_step, 3, 4,
+                   a->scale, a->softcap, a->vexp, scores, padded, next);
+        else if (chunks == 4) /* the common head dimension of 64, unrolled by the compiler */
+            attend(q, a->query_position, count, in, seen - start, o, out_step, groups, 4,
+                   a->scale, a->softcap, a->vexp, scores, padded, next);
         else
-            attend(q, in, seen - start, o, groups, chunks, a->scale, a->softcap, a->vexp, scores,
-                   padded, next);
+            attend(q, a->query_position, count, in, seen - start, o, out_step, groups, chunks,
+                   a->scale, a->softcap, a->vexp, scores, padded, next);
     }
     if (!small) free(scores);
     return 0;
