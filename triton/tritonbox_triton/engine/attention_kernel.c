@@ -7,9 +7,10 @@
    summed over the head dimension in a fixed order, then scaled), their softmax in float32
    (Sleef's exp, as ATen's), the weighted sum of the values in float32, and one rounding of each
    output to bfloat16. A block's positions share each key's and value's widening (attend()),
-   with each position's sums the same operations in the same order as alone. A sliding window (`window` > 0) starts a query's keys `window` before its own
-   position; a soft cap (`softcap` > 0) takes each scaled score s to cap · tanh(s / cap) before
-   the softmax (Gemma 2), in float32 as windowed.py computes them. Nothing in a row's result
+   with each position's sums the same operations in the same order as alone. A sliding window
+   (`window` > 0) starts a query's keys `window` before its own position; a soft cap
+   (`softcap` > 0) takes each scaled score s to cap · tanh(s / cap) before the softmax
+   (Gemma 2), in float32 as windowed.py computes them. Nothing in a row's result
    depends on its neighbours, on how many columns the batch is padded to or on the thread
    count, so a row's bits are its own by construction, alone or in any batch (attention.py says
    why the engine needs that, and attention_kernel.py checks it at start). Returns nonzero
@@ -98,8 +99,7 @@ ALWAYS void score_rest(__m512 (*q)[MAX_CHUNKS], Columns kv, long from, long leng
     }
 }
 
-/* Softcap, then each group's softmax numerators in place (columns past `length` to 0); their
-   sums in totals. */
+/* Softcap, then each group's softmax numerators in place (past `length`: 0); sums in totals. */
 ALWAYS void exponentiate(float *scores, long length, long groups, long padded, float softcap,
                          exp16 vexp, float *totals) {
     if (softcap > 0.f)
@@ -223,9 +223,9 @@ static int run_task(const Attention *a, long task) {
     int chunks = (int)(dim / 16);
     /* A block its window does not cut into (its last position sees from column 0) is attended
        as one; else position by position, each from its window's start. */
-    int joint = a->window <= 0 || first + end - 1 <= a->window, count = joint ? (int)(end - begin) : 1;
+    int joint = a->window <= 0 || first + end - 1 <= a->window;
+    int count = joint ? (int)(end - begin) : 1, small = count * groups * padded <= STACK_SCORES;
     float on_stack[STACK_SCORES] __attribute__((aligned(64)));
-    int small = count * groups * padded <= STACK_SCORES;
     float *scores = small ? on_stack : aligned_alloc(64, sizeof(float) * (size_t)(count * groups * padded));
     if (!scores || first < 1) {
         if (!small) free(scores);
