@@ -37,11 +37,13 @@ EIGHT_STREAMS = [
     "with the rest of the machine idle both times; random mistral at 53d321c gave 1.06 / "
     "0.93, and at 2c8dad1 (three turns each, the attention's only change a faster softmax "
     "maximum with the same bits) 1.09 / 1.03, its 8-stream turns 204–264 tok/s against "
-    "vLLM's 195–225. The qwen2 row of 2026-12-02 ran while something else took 0.26–0.29 "
-    "cores. The gemma2 row is from d99e16e, where Gemma 2's RoPE and cache writes became one "
-    "fused pass (before it, at de71d99 the same hour: 0.94 / 1.03). On this machine vLLM's "
-    "first tokens come sooner at 8 streams on the Llama-shaped checkpoints (mistral: 153 "
-    "against 182 ms).",
+    "vLLM's 195–225. The qwen2 and mistral rows of 05:19 and 05:27 are from abee604, where "
+    "the compiled attention attends four of a prompt's positions side by side (the same bits, "
+    "a prompt's attention ~0.6× the time); an hour earlier the qwen2 row had run while "
+    "something else took 0.26–0.29 cores (1.22 / 1.32). The gemma2 row is from d99e16e, "
+    "where Gemma 2's RoPE and cache writes became one fused pass (before it, at de71d99 the "
+    "same hour: 0.94 / 1.03). On this machine vLLM's first tokens come sooner at 8 streams "
+    "on the Llama-shaped checkpoints (mistral: 133 against 168 ms).",
 ]
 
 
