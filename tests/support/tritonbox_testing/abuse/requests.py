@@ -69,19 +69,36 @@ def at_once(send: Send, count: int, workers: int) -> Send:
     return burst
 
 
-def holding_a_slot(send: Send, key: str = "intruder") -> Send:
+def holding_a_slot(send: Send, key: str = "intruder", tries: int = 3) -> Send:
     """`send` while a stream of `key`'s holds a slot: the api's slots are never all free then
-    (alone, a prediction runs whatever its `n`), whatever the interactive streams are doing."""
+    (alone, a prediction runs whatever its `n`), whatever the interactive streams are doing.
+
+    The stream is read on after `send` is answered: a stream that had already ended (an error
+    chunk or `[DONE]`) held no slot, so its answer proves nothing and the probe is made again;
+    RuntimeError, with what the stream said, when it ends early `tries` times."""
 
     def held(client: httpx.Client, target: Target) -> list[httpx.Response]:
-        # ignore_eos: a sampled "Hello" may end in a few tokens, freeing the slot too soon
-        body = _complete(target, max_tokens=256, stream=True, ignore_eos=True)
-        with client.stream("POST", "/v1/completions", json=body, headers=auth(key)) as stream:
-            stream.raise_for_status()
-            next(line for line in stream.iter_lines() if line.startswith("data:"))
-            return send(client, target)  # leaving the block disconnects: the engine stops
+        seen: list[str] = []
+        for _ in range(tries):
+            # ignore_eos: a sampled "Hello" may end in a few tokens, freeing the slot too soon
+            body = _complete(target, max_tokens=256, stream=True, ignore_eos=True)
+            with client.stream("POST", "/v1/completions", json=body, headers=auth(key)) as stream:
+                stream.raise_for_status()
+                lines = (line for line in stream.iter_lines() if line.startswith("data:"))
+                first = next(lines)
+                answers = send(client, target)
+                after = next(lines, "")  # leaving the block then disconnects: the engine stops
+            if _streaming(first) and _streaming(after):
+                return answers
+            seen.append(f"{first[:300]!r} then {after[:300]!r}")
+        raise RuntimeError(f"the stream meant to hold a slot ended early: {seen}")
 
     return held
+
+
+def _streaming(line: str) -> bool:
+    """Whether an OpenAI stream's `data:` line is a chunk of text (not an error, not the end)."""
+    return line.startswith('data: {"id"') and '"choices"' in line
 
 
 def raw(path: str, content: bytes | Callable[[], Iterator[bytes]], key: str = "intruder") -> Send:
