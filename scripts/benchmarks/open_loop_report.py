@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scripts.benchmarks.duel_report import section as duel_section
 from scripts.benchmarks.open_loop import Capacity, OpenRun, Outcome
 from scripts.benchmarks.vllm_configs import CONFIGS
 from scripts.benchmarks.vllm_report import Batch
@@ -75,12 +76,16 @@ def _capacity_by_config(turns: Sequence[Turn]) -> dict[str, float]:
     return {config: statistics.median(values) for config, values in found.items()}
 
 
+def best_config(turns: Sequence[Turn]) -> str | None:
+    """The vLLM configuration of the highest capacity (None before any)."""
+    by_config = _capacity_by_config(turns)
+    return max(by_config, key=by_config.__getitem__) if by_config else None
+
+
 def best_capacity(turns: Sequence[Turn]) -> float | None:
     """The best vLLM configuration's capacity in requests/s (None before any)."""
-    by_config = _capacity_by_config(turns)
-    if not by_config:
+    if (best := best_config(turns)) is None:
         return None
-    best = max(by_config, key=by_config.__getitem__)
     return statistics.median(
         t.capacity.requests_per_s for t in turns if t.config == best and t.capacity
     )
@@ -264,6 +269,8 @@ def page(turns: Sequence[Turn], args: argparse.Namespace, elapsed: float) -> str
         lines += [*closed_section(turns, args.concurrency), ""]
     if any(t.runs for t in turns):
         lines += [*open_section(turns), ""]
+    if duel := getattr(args, "duel", None):
+        lines += [*duel_section(duel, args.duel_config, args.streams, args.capacity_requests), ""]
     lines += ["### Memory and start", "",
               "| server | ready after (s, per turn) | resident memory after its run (peak) |",
               "|---|---|---|"]  # fmt: skip

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from scripts.benchmarks.capacity_duel import duel
 from scripts.benchmarks.load import One, grpc_path
 from scripts.benchmarks.mixed_workload import MixedRequest, mixed_workload
 from scripts.benchmarks.open_loop import Send, capacity, completions, open_loop
-from scripts.benchmarks.open_loop_report import Turn, best_capacity, keep_log, page
+from scripts.benchmarks.open_loop_report import Turn, best_capacity, best_config, keep_log, page
 from scripts.benchmarks.proc import process_group_of, process_tree, rss_bytes
 from scripts.benchmarks.servers import start_stack
 from scripts.benchmarks.vllm_configs import CONFIGS, VllmConfig, environment
@@ -54,8 +55,8 @@ from tritonbox_triton.settings import TritonSettings
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "benchmark-vllm-cpu-mixed.md"
-QUICK = {"concurrency": [1], "waves": 1, "min_requests": 4, "tokens": 32, "rates": [0.8],
-         "requests": 8, "capacity_requests": 8, "streams": 4, "peer_rate": 0.0}  # fmt: skip
+QUICK = dict(concurrency=[1], waves=1, min_requests=4, tokens=32, rates=[0.8], requests=8,
+             capacity_requests=8, streams=4, peer_rate=0.0, duel_rounds=1)  # fmt: skip
 
 
 def workload_sets(args: argparse.Namespace) -> dict[str, list[MixedRequest]]:
@@ -77,6 +78,10 @@ def workload_sets(args: argparse.Namespace) -> dict[str, list[MixedRequest]]:
     for index, fraction in enumerate(shares, 1):
         sets[f"{fraction:g}"] = mixed_workload(
             args.requests, args.seed * 100 + index, encode, decode
+        )
+    for index in range(args.duel_rounds):  # seeds no rate's set reaches
+        sets[f"duel-{index}"] = mixed_workload(
+            args.capacity_requests, args.seed * 100 + 50 + index, encode, decode
         )
     return sets
 
@@ -132,6 +137,21 @@ def vllm_turn(args: argparse.Namespace, config: VllmConfig, folder: Path, rep: i
     return turn
 
 
+def stack_env(
+    args: argparse.Namespace, folder: Path, ports: list[int], part: str = ""
+) -> dict[str, str]:
+    """TritonBox's stack as every phase runs it: the cpu engine, as many sequences as vLLM."""
+    return {
+        "ENGINE": "cpu", "CACHE_DIR": str(REPO / ".cache"),
+        "MAX_BATCH_SIZE": str(args.limits[0]), "MAX_QUEUE_SIZE": "0",
+        "MODEL_REPOSITORY": str(folder / f"model_repository{part}"),
+        "TRITON_HTTP_PORT": str(ports[0]), "TRITON_GRPC_PORT": str(ports[1]),
+        "TRITON_METRICS_PORT": str(ports[2]), "API_PORT": str(ports[3]),
+        "DATABASE_PATH": str(folder / f"predictions{part}.db"),
+        "MAX_CONCURRENT_REQUESTS": "256",
+    }  # fmt: skip
+
+
 def tritonbox_turn(args: argparse.Namespace, folder: Path, rep: int, peer: float | None) -> Turn:
     """The stack as a user starts it (scripts/up); `peer`: vLLM's best capacity in requests/s,
     at args.peer_rate of which TritonBox also runs that rate's requests, in a stack of its own
@@ -142,15 +162,8 @@ def tritonbox_turn(args: argparse.Namespace, folder: Path, rep: int, peer: float
             break
         with contextlib.ExitStack() as stack:
             ports = free_ports(4)
-            process, url, ready_s = start_stack(stack, folder / f"stack{part}", {
-                "ENGINE": "cpu", "CACHE_DIR": str(REPO / ".cache"),
-                "MAX_BATCH_SIZE": str(args.limits[0]), "MAX_QUEUE_SIZE": "0",
-                "MODEL_REPOSITORY": str(folder / f"model_repository{part}"),
-                "TRITON_HTTP_PORT": str(ports[0]), "TRITON_GRPC_PORT": str(ports[1]),
-                "TRITON_METRICS_PORT": str(ports[2]), "API_PORT": str(ports[3]),
-                "DATABASE_PATH": str(folder / f"predictions{part}.db"),
-                "MAX_CONCURRENT_REQUESTS": "256",
-            })  # fmt: skip
+            env = stack_env(args, folder, ports, part)
+            process, url, ready_s = start_stack(stack, folder / f"stack{part}", env)
             turn.ready_s = turn.ready_s or ready_s
             asyncio.run(_tritonbox_go(args, turn, url, ports[1], process.pid, rep, peer_rate))
             tree = process_tree(process.pid)
@@ -224,6 +237,8 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=16, help="capacity: requests at once")
     parser.add_argument("--seed", type=int, default=45)
     parser.add_argument("--repeats", type=int, default=1, help="turns of each server")
+    parser.add_argument("--duel-rounds", type=int, default=4, help="open loop: capacity "
+                        "in turns with vLLM's best, both up (capacity_duel.py)")  # fmt: skip
     parser.add_argument("--no-vllm", action="store_true", help="TritonBox only")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few, short requests")
     parser.add_argument("--output", type=Path, help=f"default {PAGE.relative_to(REPO)}")
@@ -274,8 +289,11 @@ def main() -> int:
             except (RuntimeError, OSError, httpx.HTTPError) as error:  # vLLM's rows still count
                 args.notes.append(f"TritonBox's turn {rep + 1} failed: {str(error)[:300]}")
                 print(args.notes[-1], file=sys.stderr)
+        args.duel_config = best_config(turns) if args.workload != "closed" else None
+        args.duel = duel(args, Path(tmp) / "duel", stack_env)
     # The measurements first, beside the page: a run of half an hour outlives a page that fails.
-    data = [dataclasses.asdict(turn) for turn in turns]
+    data = {"turns": [dataclasses.asdict(turn) for turn in turns],
+            "duel": [dataclasses.asdict(each) for each in args.duel]}  # fmt: skip
     args.output.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
     args.output.write_text(page(turns, args, time.monotonic() - started))
     print(args.output.read_text())

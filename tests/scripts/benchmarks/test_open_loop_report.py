@@ -79,6 +79,7 @@ def test_tritonbox_is_set_against_the_best_configuration(
     row = "| 80% of its capacity | TritonBox api | 2.00 | 264.0 | 300 | 300 | 10.0 | 0.01 |"
     assert f"{row} **1.50** |" in text
     assert "at abc1234 (" in text and text.endswith("\nA note.\n")
+    assert "capacity in turns" not in text  # no rounds run: no section
     assert "(pinned), resident after the run: 2.00 / 2.00 GiB = **1.00×**" in text
 
 
@@ -100,3 +101,25 @@ def test_a_closed_loop_of_one_wave_has_no_steady_ttft_to_compare(
     lines = report.closed_section(turns, [8])
     assert "| 8 | pinned | 256.0 | 320.0 | **1.25** | – → – | – | 200 → 100 |" in lines
     assert "| 8 | pinned | 256.0 | – | 200 | 14.2 |" in lines
+
+
+def test_the_capacity_in_turns_is_the_median_of_each_rounds_ratio(
+    bench: tuple[ModuleType, ModuleType],
+) -> None:
+    """A round's ratio sets TritonBox against vLLM's run of the same round, not against the
+    median of vLLM's runs: a slow minute of the machine's counts on both sides of its round."""
+    sys.path.append(str(REPO))
+    try:
+        from scripts.benchmarks.duel_report import Round, section
+    finally:
+        sys.path.remove(str(REPO))
+    rounds = [
+        Round("vLLM", 300.0, 270.0, 0.02, 0.03),  # 0.90
+        Round("TritonBox", 200.0, 220.0, 0.01, 0.01),  # 1.10: the machine slow, both slower
+        Round("vLLM", 310.0, 341.0, 0.05, 0.02),  # 1.10
+    ]
+    lines = section(rounds, "pinned", 16, 40)
+    assert "| 2 | TritonBox | 200.0 | 220.0 | 1.10 | 0.01 / 0.01 |" in lines
+    # Medians of each side apart would give 300 / 270 = 0.90 instead.
+    assert "Median over 3 rounds: **1.10×** vLLM's capacity (rounds 0.90–1.10×)." in lines
+    assert section([], "pinned", 16, 40) == []
