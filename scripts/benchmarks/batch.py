@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 from scripts.benchmarks.batch_report import Turn, beside_kind, report
 from scripts.benchmarks.load import sse
-from scripts.benchmarks.proc import cpu_seconds, machine_cpu_seconds, process_group_of
+from scripts.benchmarks.proc import OthersLoad, process_group_of
 from scripts.benchmarks.servers import start_api, start_cpu_engine
 
 from tritonbox_api.service.batch_room import LIVE_QUIET_S
@@ -126,12 +126,10 @@ class Bench:
 async def timed(bench: Bench, turn: Turn, work: Any) -> Turn:
     """Run `work` (a coroutine) and fill `turn`'s wall time and the machine's other load."""
     turn.load = os.getloadavg()[0]
-    ours, client, machine = cpu_seconds(bench.pids), sum(os.times()[:2]), machine_cpu_seconds()
-    started = time.perf_counter()
+    others, started = OthersLoad(bench.pids), time.perf_counter()
     await work
     turn.wall = time.perf_counter() - started
-    own = cpu_seconds(bench.pids) - ours + sum(os.times()[:2]) - client
-    turn.others = max(0.0, machine_cpu_seconds() - machine - own) / turn.wall
+    turn.others = others.cores(turn.wall)
     return turn
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +24,7 @@ import httpx
 from scripts.benchmarks.duel_report import TRITONBOX, VLLM, Round
 from scripts.benchmarks.mixed_workload import MixedRequest
 from scripts.benchmarks.open_loop import Send, capacity, completions
-from scripts.benchmarks.proc import cpu_seconds, machine_cpu_seconds, process_tree
+from scripts.benchmarks.proc import OthersLoad, process_tree
 from scripts.benchmarks.servers import start_stack
 from scripts.benchmarks.vllm_configs import CONFIGS, environment
 from scripts.benchmarks.vllm_cpu import openai_path, run_batch
@@ -37,12 +36,9 @@ async def _measured(
     name: str, send: Send, requests: Sequence[MixedRequest], streams: int, pids: list[int]
 ) -> tuple[float, float]:
     """The server's capacity on `requests`, and the others' load meanwhile (cores)."""
-    own_before, client_before = cpu_seconds(pids), sum(os.times()[:2])
-    machine_before, started = machine_cpu_seconds(), time.perf_counter()
+    others, started = OthersLoad(pids), time.perf_counter()
     result = await capacity(name, send, requests, streams)
-    wall = time.perf_counter() - started
-    own = cpu_seconds(pids) - own_before + sum(os.times()[:2]) - client_before
-    return result.tokens_per_s, max(0.0, machine_cpu_seconds() - machine_before - own) / wall
+    return result.tokens_per_s, others.cores(time.perf_counter() - started)
 
 
 def duel(

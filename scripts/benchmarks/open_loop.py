@@ -10,7 +10,6 @@ run with any count off is refused.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 import httpx
 from scripts.benchmarks.load import sse
 from scripts.benchmarks.mixed_workload import MixedRequest, mean_output
-from scripts.benchmarks.proc import cpu_seconds, machine_cpu_seconds
+from scripts.benchmarks.proc import OthersLoad
 
 SAMPLING = {"temperature": 0.0, "seed": 1}
 
@@ -106,15 +105,11 @@ async def open_loop(
         await asyncio.sleep(max(0.0, started + request.arrival / rate - time.perf_counter()))
         return await send(request)
 
-    server_before, client_before = cpu_seconds(pids), sum(os.times()[:2])
-    machine_before = machine_cpu_seconds()
-    started = time.perf_counter()
+    others, started = OthersLoad(pids), time.perf_counter()
     outcomes = await asyncio.gather(*(at_arrival(r) for r in requests))
     wall = time.perf_counter() - started
     check(name, requests, outcomes)
-    own = cpu_seconds(pids) - server_before + sum(os.times()[:2]) - client_before
-    others = max(0.0, machine_cpu_seconds() - machine_before - own) / wall
-    return OpenRun(label, rate, wall, list(outcomes), others)
+    return OpenRun(label, rate, wall, list(outcomes), others.cores(wall))
 
 
 def busy_tokens_per_s(outcomes: Sequence[Outcome]) -> float:

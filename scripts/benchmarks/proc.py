@@ -43,6 +43,21 @@ def machine_cpu_seconds() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
+class OthersLoad:
+    """The cores the rest of the machine uses from now on: its busy CPU time less that of
+    `pids` (the server measured) and of this process (the client)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self._pids = pids
+        self._ours = cpu_seconds(pids) + sum(os.times()[:2])
+        self._machine = machine_cpu_seconds()
+
+    def cores(self, wall: float) -> float:
+        """Since this was made, over `wall` seconds (the caller's own span of the work)."""
+        ours = cpu_seconds(self._pids) + sum(os.times()[:2]) - self._ours
+        return max(0.0, machine_cpu_seconds() - self._machine - ours) / wall
+
+
 def processes_now() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, process group) of every process now."""
     found = {}

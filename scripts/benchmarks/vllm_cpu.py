@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import re
 import signal
 import sys
@@ -35,8 +34,7 @@ from pathlib import Path
 import httpx
 from scripts.benchmarks.load import One, Sample, grpc_path, sse
 from scripts.benchmarks.proc import (
-    cpu_seconds,
-    machine_cpu_seconds,
+    OthersLoad,
     process_group_of,
     process_tree,
     rss_bytes,
@@ -107,16 +105,13 @@ async def run_batch(
             ttft, count = await one(tokens)
             return ttft, count, time.perf_counter() - started
 
-    server_before, client_before = cpu_seconds(pids), sum(os.times()[:2])
-    machine_before, started = machine_cpu_seconds(), time.perf_counter()
+    others, started = OthersLoad(pids), time.perf_counter()
     samples = await asyncio.gather(*(gated() for _ in range(requests)))
     wall = time.perf_counter() - started
     if any(count != tokens for _, count, _ in samples):
         counts = [count for _, count, _ in samples]
         raise RuntimeError(f"{name}: expected {tokens} tokens each, got {counts}")
-    own = cpu_seconds(pids) - server_before + sum(os.times()[:2]) - client_before
-    others = max(0.0, machine_cpu_seconds() - machine_before - own) / wall
-    return Batch(name, concurrency, wall, list(samples), others)
+    return Batch(name, concurrency, wall, list(samples), others.cores(wall))
 
 
 async def measure(
