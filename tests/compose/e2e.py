@@ -21,6 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import torch
+
+from tritonbox_triton.engine.dtype import engine_dtype
 
 # The helpers as `tests.compose.…` (as mypy names them); the repo root only for these imports, since
 # its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1). tests/support:
@@ -150,7 +153,7 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> bool:
     )
     checks.check("/readyz", lambda: page(f"{stack.api}/readyz", '"ready"'))
     compiled = ("compiled in", "act·up", "compiled decode attention")
-    checks.check("engine compiled its fused ops", lambda: _fused_ops(stack, *compiled))
+    checks.check("engine's decode path for this CPU", lambda: _decode_path(stack, *compiled))
     ids: list[str] = []
     checks.check("/predict greedy", lambda: _record(ids, predict(stack)))
     checks.check("streaming chat completion", lambda: stream_chat(stack))
@@ -168,7 +171,10 @@ def exercise(checks: Checks, measured: Measured, stack: Stack) -> bool:
     checks.check("down (volumes kept)", lambda: stack.compose("down") and None)
     checks.check("up (warm): all healthy", lambda: measured.set("warm_s", stack.up()))
     checks.check("model reused", lambda: found("default model already prepared", _logs(stack)))
-    checks.check("fused ops reused", lambda: _fused_ops(stack, "cached in /cache/kernels"))
+    checks.check(
+        "decode path again, kernels from the volume",
+        lambda: _decode_path(stack, "cached in /cache/kernels"),
+    )
     if ids:
         checks.check("prediction kept across down/up", lambda: stored(stack, ids[0]))
     checks.check("/predict greedy after down/up", lambda: predict(stack) and None)
@@ -189,15 +195,22 @@ def _logs(stack: Stack) -> str:
     return stack.compose("logs", "triton")
 
 
-def _fused_ops(stack: Stack, *built: str) -> str:
-    """The engine's ready line (in tritonserver's log, in the cache volume) says it decodes with
+def _decode_path(stack: Stack, *built: str) -> str:
+    """The engine's ready line (in tritonserver's log, in the cache volume) names the decode path
+    this CPU gets. Where it computes bfloat16 natively (the engine's own test, engine/dtype.py),
     the fused elementwise stages (the C compiler and OpenMP in the image, the library in the
-    volume), with each of `built`'s words."""
+    volume) with each of `built`'s words; elsewhere float32 with PyTorch's operations, the
+    compiled stages being bfloat16 and AVX-512 code (docs/cpu-engine.md)."""
     log = docker("exec", stack.container("triton"), "cat", "/cache/logs/tritonserver-8001.log")
     line = next((row for row in log.splitlines() if "cpu engine ready" in row), "")
-    assert "fused elementwise stages" in line, line or log[-2000:]
-    assert all(words in line for words in built), line
-    return line[line.index("the written-out step") :]
+    assert "decoding with the written-out step" in line, line or log[-2000:]
+    if engine_dtype("auto") == torch.bfloat16:
+        assert "bfloat16 (auto: CPU has" in line and "fused elementwise stages" in line, line
+        assert all(words in line for words in built), line
+    else:
+        float32 = ("float32 (auto: no native bf16)", "elementwise stages as PyTorch's operations")
+        assert all(words in line for words in float32), line
+    return line.partition("cpu engine ready: ")[2].partition(", ")[2].rstrip('"')
 
 
 def _faster(m: Measured) -> str:
