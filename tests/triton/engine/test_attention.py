@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from tritonbox_testing.hardware import needs_avx512, needs_native_bf16
 
 from tritonbox_triton.engine import attention, fused_build, fused_ops
 from tritonbox_triton.engine.attention import (
@@ -55,11 +56,13 @@ def layer(kernel: AttentionKernel | None) -> torch.nn.Module:
     return module
 
 
+@needs_native_bf16  # the compiled attention is bfloat16's (the model is float32 elsewhere)
 def test_the_engines_model_decodes_with_the_compiled_kernel_here(model: object) -> None:
     """On the machines this was built on (AVX-512) `load_model` gives it to every layer."""
     assert isinstance(model_kernel(model), AttentionKernel)  # type: ignore[arg-type]
 
 
+@needs_avx512
 def test_the_kernels_check_can_fail() -> None:
     """exp2 in place of exp: the softmax is wrong, and the start-up check says so."""
     ops = fused_ops.load(None)
@@ -71,6 +74,7 @@ def test_the_kernels_check_can_fail() -> None:
     assert AttentionKernel(ops).agrees(KV_HEADS, GROUPS, DIM)
 
 
+@needs_avx512
 @pytest.mark.parametrize("kv_heads,groups,dim", [(1, 4, 256), (2, 4, 128), (8, 4, 128)])
 def test_the_compiled_kernel_takes_the_families_heads(kv_heads: int, groups: int, dim: int) -> None:
     """Gemma 3 270M's heads of 256 (1 kv head, 4 queries each), Mistral 7B's and Llama 3 8B's

@@ -3,14 +3,17 @@ the engine runs, and the engine that uses it still answers as transformers' `gen
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 from transformers import DynamicCache
+from tritonbox_testing.hardware import NATIVE_BF16
 from tritonbox_testing.reference import greedy_ids
 from tritonbox_testing.step_check import step_equals_forward
 
+from tritonbox_triton.engine import family
 from tritonbox_triton.engine.decode_step import DecodeStep, unsupported
 from tritonbox_triton.engine.fused_ops import load as load_fused_ops
 from tritonbox_triton.engine.kv_batch import BatchedKVCache, prefilled_layers
@@ -26,6 +29,8 @@ def step(model: Any, request: pytest.FixtureRequest) -> DecodeStep:
     """The step with its elementwise stages fused (fused_ops.py), as the engine runs it where a
     compiler is found, and as PyTorch's operations, as it runs elsewhere."""
     if request.param == "fused":
+        if not NATIVE_BF16:
+            pytest.skip("the fused stages are bfloat16's: the engine runs float32 on this CPU")
         fused = load_fused_ops()
         assert fused is not None, "no fused ops on this machine: fused_ops.py's log says why"
         built = DecodeStep(model, fused)
@@ -193,3 +198,14 @@ def test_rope_past_the_models_length_is_the_models_own(model: Any, step: DecodeS
     embed = model.model.embed_tokens.weight[:1]
     expected_cos, expected_sin = model.model.rotary_emb(embed, positions[None])
     assert torch.equal(cos[:, 0], expected_cos[0]) and torch.equal(sin[:, 0], expected_sin[0])
+
+
+def test_bfloat16_without_native_bfloat16_takes_the_forward(
+    model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyTorch emulates bfloat16 on such a CPU, and the step would not give the forward's bits."""
+    bf16 = SimpleNamespace(dtype=torch.bfloat16, config=model.config)
+    monkeypatch.setattr(family, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    assert "without native bfloat16" in (unsupported(bf16) or "")
+    monkeypatch.setattr(family, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    assert unsupported(bf16) is None

@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 from tritonbox_testing.families import build
+from tritonbox_testing.hardware import needs_native_bf16
 
 from tritonbox_triton.engine import fused_ops
 from tritonbox_triton.engine.attention import load_model
@@ -52,7 +53,13 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2", "gemma3_text"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        pytest.param(torch.float32, id="float32"),
+        pytest.param(torch.bfloat16, id="bfloat16", marks=needs_native_bf16),
+    ],
+)
 def test_a_prompt_in_chunks_gets_the_keys_and_logits_of_one_pass(
     family: str, dtype: torch.dtype, tmp_path: Path, make_sink: Any
 ) -> None:

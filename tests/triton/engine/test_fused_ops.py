@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from tritonbox_testing.hardware import needs_native_bf16
 
 from tritonbox_triton.engine import fused_ops
 from tritonbox_triton.engine.decode_step import DecodeStep
@@ -42,6 +43,7 @@ def test_no_compiler_leaves_pytorchs_operations(
     assert "no C compiler" in caplog.text
 
 
+@needs_native_bf16  # bfloat16 stages; the model is float32 elsewhere
 def test_the_stages_give_pytorchs_bits_for_the_model(model: Any) -> None:
     ops = fused_ops.load()
     assert ops is not None
@@ -86,6 +88,7 @@ def test_silu_gives_pytorchs_bits_on_every_path(threads: int) -> None:
         torch.set_num_threads(before)
 
 
+@needs_native_bf16  # bfloat16 stages; the model is float32 elsewhere
 def test_a_silu_table_off_in_one_value_is_caught(model: Any) -> None:
     """The check can fail: with one value's SiLU in the table off by its last bit."""
     ops = fused_ops.load()

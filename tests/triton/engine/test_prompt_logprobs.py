@@ -130,7 +130,9 @@ def _hidden(model: PreTrainedModel, prompt: list[int]) -> torch.Tensor:
 def test_scores_by_chunks_are_the_scores_of_every_position_at_once(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, chunk: int
 ) -> None:
-    """The chunks change no bit: each position's logits are the head's for that row alone."""
+    """The chunks change no bit in bfloat16: each position's logits are the head's for that row
+    alone (float_logits.py). A float32 head is MKL's product, whose sums follow the row count:
+    there within 1e-4, the bound docs/api.md gives prompt log-probs (3.8e-5 seen on AVX2)."""
     prompt = list(tokenizer("One chunk after another, the prompt is scored in parts.").input_ids)
     params = SamplingParams(0, EOS, EOS, num_top_logprobs=4, return_context_logits=True,
                             return_prompt_log_probs=True)  # fmt: skip
@@ -138,8 +140,12 @@ def test_scores_by_chunks_are_the_scores_of_every_position_at_once(
     whole = prompt_logprobs.score(model, hidden, prompt, params, chunk=len(prompt)).tensors
     parts = prompt_logprobs.score(model, hidden, prompt, params, chunk=chunk).tensors
     assert sorted(parts) == sorted(whole)
+    exact = model.dtype == torch.bfloat16
     for name, value in whole.items():
-        np.testing.assert_array_equal(parts[name], value, err_msg=name)
+        if exact or not np.issubdtype(value.dtype, np.floating):
+            np.testing.assert_array_equal(parts[name], value, err_msg=name)
+        else:
+            np.testing.assert_allclose(parts[name], value, rtol=0, atol=1e-4, err_msg=name)
     # ... and they are the model forward's own logits, log-softmaxed unchunked.
     with torch.inference_mode():
         expected = model(torch.tensor([prompt])).logits[0].float()

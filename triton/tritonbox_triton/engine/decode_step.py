@@ -97,6 +97,11 @@ class DecodeStep(ChunkStages):
         return self._agrees_with_twins(prompt_tokens, copies=2)
 
     def _agrees_with_twins(self, rows: int, copies: int) -> bool:
+        if copies > 1 and self._embed.dtype != torch.bfloat16:
+            # A lone float32 pass: its products' check said yes on an AVX2 CPU at every length
+            # from 16 tokens, where the pass's bits differed from the twins' (the twin pass kept
+            # them at every length tried). So float32 prefills a lone prompt as twins.
+            return False
         key = (rows, copies, torch.get_num_threads())  # the kernels split their sums by threads
         if key not in self._agrees:
             self._agrees[key] = self.layers[0].agrees_with_plain(rows, copies)
