@@ -12,14 +12,17 @@ import pytest
 from tritonbox_testing.abuse import report, scenario
 from tritonbox_testing.abuse.cases import ASSERTED
 from tritonbox_testing.abuse.memory import MIB
+from tritonbox_testing.hardware import NATIVE_BF16
 
 from .conftest import UnderAttack
 
 pytestmark = pytest.mark.server
 
 # Each case sent for this long, after as long with no attack: about ten interactive answers in
-# each block, a hundred and more in each phase (the suite takes under a minute).
-BLOCK_S = 1.0
+# each block, a hundred and more in each phase (the suite takes under a minute). A float32
+# engine (a CPU without native bfloat16) answers at about half the rate: on two AVX2 cores the
+# phases held 36 and 28 answers in 1 s blocks, so there the blocks are twice as long.
+BLOCK_S = 1.0 if NATIVE_BF16 else 2.0
 # Fewer answers than this in a phase and its median says little: the machine was too busy to
 # judge (it is a failure, not a pass).
 MIN_ANSWERS = 30
