@@ -21,9 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import torch
-
-from tritonbox_triton.engine.dtype import engine_dtype
 
 # The helpers as `tests.compose.…` (as mypy names them); the repo root only for these imports, since
 # its `triton/` folder would pass for the `triton` package (why PYTHONSAFEPATH=1). tests/support:
@@ -52,6 +49,7 @@ from tests.compose.stack import (
     stored,
 )
 from tests.compose.stop_checks import stop_phase
+from tritonbox_testing.hardware import NATIVE_BF16
 
 SERVICES = ("triton", "api", "playground")
 
@@ -197,14 +195,14 @@ def _logs(stack: Stack) -> str:
 
 def _decode_path(stack: Stack, *built: str) -> str:
     """The engine's ready line (in tritonserver's log, in the cache volume) names the decode path
-    this CPU gets. Where it computes bfloat16 natively (the engine's own test, engine/dtype.py),
-    the fused elementwise stages (the C compiler and OpenMP in the image, the library in the
-    volume) with each of `built`'s words; elsewhere float32 with PyTorch's operations, the
-    compiled stages being bfloat16 and AVX-512 code (docs/cpu-engine.md)."""
+    this CPU gets. Where it computes bfloat16 natively (tritonbox_testing.hardware), the fused
+    elementwise stages (the C compiler and OpenMP in the image, the library in the volume) with
+    each of `built`'s words; elsewhere float32 with PyTorch's operations, the compiled stages
+    being bfloat16 and AVX-512 code (docs/cpu-engine.md)."""
     log = docker("exec", stack.container("triton"), "cat", "/cache/logs/tritonserver-8001.log")
     line = next((row for row in log.splitlines() if "cpu engine ready" in row), "")
     assert "decoding with the written-out step" in line, line or log[-2000:]
-    if engine_dtype("auto") == torch.bfloat16:
+    if NATIVE_BF16:
         assert "bfloat16 (auto: CPU has" in line and "fused elementwise stages" in line, line
         assert all(words in line for words in built), line
     else:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 from transformers import DynamicCache
-from tritonbox_testing.hardware import NATIVE_BF16
+from tritonbox_testing.hardware import needs_native_bf16
 from tritonbox_testing.reference import greedy_ids
 from tritonbox_testing.step_check import step_equals_forward
 
@@ -24,13 +24,11 @@ from tritonbox_triton.engine.words import text_decoder
 EOS = 2
 
 
-@pytest.fixture(scope="module", params=["fused", "pytorch"])
+@pytest.fixture(scope="module", params=[pytest.param("fused", marks=needs_native_bf16), "pytorch"])
 def step(model: Any, request: pytest.FixtureRequest) -> DecodeStep:
     """The step with its elementwise stages fused (fused_ops.py), as the engine runs it where a
     compiler is found, and as PyTorch's operations, as it runs elsewhere."""
     if request.param == "fused":
-        if not NATIVE_BF16:
-            pytest.skip("the fused stages are bfloat16's: the engine runs float32 on this CPU")
         fused = load_fused_ops()
         assert fused is not None, "no fused ops on this machine: fused_ops.py's log says why"
         built = DecodeStep(model, fused)
