@@ -27,6 +27,7 @@ import schemathesis
 from schemathesis.config import SchemathesisConfig
 from schemathesis.core.result import Ok
 from tritonbox_testing.api_process import RunningApi, launch_api
+from tritonbox_testing.priority import lowest_priority
 
 ST = Path(sys.executable).parent / "st"
 CONFIG = Path(__file__).with_name("schemathesis.toml")
@@ -77,6 +78,7 @@ def test_schemathesis_finds_nothing(short_api: RunningApi, tmp_path: Path) -> No
         capture_output=True,
         text=True,
         timeout=900,
+        preexec_fn=lowest_priority,  # the engine answers first: tritonbox_testing.priority
     )
     report = result.stdout + result.stderr
     print(report)  # the case counts and timings, for the CI log (pytest -s or a failure)
