@@ -82,7 +82,7 @@ def _wave_back(
 ) -> tuple[list[int], int]:
     """`count` requests that end together and come back at once (showing that waves come
     back), then `count` back `gap_s` × `pace` apart, on an engine of `batch` rows in slow
-    motion: every prefill pass's size, and where the last returning wave's begin.
+    motion: every prefill pass's size, and where the last returning wave's passes begin.
 
     Passes, not iterations: an idle engine also prefills in the same iteration whatever came
     during its first pass (scheduler.py), so on a slow machine (float32 on 2 AVX2 cores) a
