@@ -88,27 +88,22 @@ def _wave_back(
     during its first pass (scheduler.py), so on a slow machine (float32 on 2 AVX2 cores) a
     first pass of five and the three that arrived meanwhile were one iteration's eight."""
     timings = _slow_motion(pace)
-    engine, _ = recorded_engine(model, tokenizer, max_batch_size=batch, timings=timings)
-    passes: list[int] = []
-    prefill = engine._batch.prefill
+    engine, steps = recorded_engine(model, tokenizer, max_batch_size=batch, timings=timings)
 
-    def recorded(admitted: list[EngineRequest], **options: Any) -> None:
-        if admitted:
-            passes.append(len(admitted))
-        prefill(admitted, **options)
+    def passes() -> list[int]:
+        return [admitted for stats in list(steps.iterations) for admitted in stats.admissions]
 
-    engine._batch.prefill = recorded  # type: ignore[method-assign]
     params = SamplingParams(max_tokens=3, min_tokens=3, end_id=EOS, pad_id=EOS, temperature=0.0)
     prompt = list(tokenizer("The capital of France is")["input_ids"])
     engine.start()
     try:
         for _ in range(2):
             _served(_submitted(engine, prompt, params, make_sink, count=count, gap_s=0.0))
-        before = len(passes)
+        before = len(passes())
         _served(_submitted(engine, prompt, params, make_sink, count=count, gap_s=gap_s * pace))
     finally:
         engine.stop()
-    return passes, before
+    return passes(), before
 
 
 def _waves_came_back(window: BurstWindow, at: float) -> None:

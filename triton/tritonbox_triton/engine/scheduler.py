@@ -188,16 +188,14 @@ class InflightBatcher:
             cancelled = functools.partial(self._cancels.is_cancelled, ask_client=ask_clients)
             self._cancels.cancel(batch.drop_fillings(cancelled))
         busy, began = bool(batch.running), time.monotonic()
-        if self._admit(queue.first_pass(busy=busy)):
-            # The rest of a wave split in passes (admission.py), and those that came in during a
-            # prefill, take theirs now rather than after a step, which then runs for all of
-            # them (reading the weights once) and keeps them in step. Streams that ran before
-            # wait for such passes up to whole_prefill_s, long prompts in chunks (timings.py).
-            limit = self._timings.whole_prefill_s
-            while (not busy or time.monotonic() - began < limit) and self._admit(
-                queue.next_pass(), burst=not busy
-            ):
-                pass
+        admissions = [self._admit(queue.first_pass(busy=busy))]
+        # The rest of a wave split in passes (admission.py), and those that came in during a
+        # prefill, take theirs now rather than after a step, which then runs for all of them
+        # (reading the weights once) and keeps them in step. Streams that ran before wait for
+        # such passes up to whole_prefill_s, long prompts in chunks (timings.py).
+        limit = self._timings.whole_prefill_s
+        while admissions[-1] and (not busy or time.monotonic() - began < limit):
+            admissions.append(self._admit(queue.next_pass(), burst=not busy))
         # Stops that came during the prefills act before the step rather than after it: a
         # live request's stops of batch lines (the api's) then save the lines' next step.
         stopped = self._cancels.stops_pending()
@@ -205,7 +203,7 @@ class InflightBatcher:
             batch.keep(keep)
         if (batch.running or batch.fillings) and (ended := batch.decode_step()):
             queue.ended(ended, idle=not batch.running)
-        self._report()
+        self._report([admitted for admitted in admissions if admitted])
         return bool(batch.running or batch.fillings or len(queue))
 
     def _admit(self, limit: int | None = None, *, burst: bool = False) -> int:
@@ -232,8 +230,9 @@ class InflightBatcher:
         batch.prefill(admitted, burst=burst)
         return len(admitted)
 
-    def _report(self) -> None:
-        """This iteration's counts, for /metrics (stats.py)."""
+    def _report(self, admissions: list[int]) -> None:
+        """This iteration's counts, for /metrics (stats.py); `admissions`: how many requests
+        each of its prefill admissions took in."""
         self._iteration += 1
         running = self._batch.running
         self._observer.on_iteration(
@@ -245,6 +244,7 @@ class InflightBatcher:
                 max_active=self._max_batch_size,
                 kv_tokens_used=sum(len(r.state.context()) for r in running),
                 kv_tokens_max=self._limits.kv_cache_max_tokens,
+                admissions=tuple(admissions),
                 **self._batch.counts,
             )
         )

@@ -38,6 +38,10 @@ class IterationStats:
     generation: int  # sequences advanced by this iteration's decode step
     kv_tokens_used: int  # tokens held in the KV cache now
     kv_tokens_max: int  # the KV cache's capacity in tokens
+    # Requests each of this iteration's prefill admissions took in, in order: an idle engine
+    # also admits, in the same iteration, whatever came during its first pass (scheduler.py).
+    # Not on /metrics (TensorRT-LLM has no such gauge); the tests read waves from it.
+    admissions: tuple[int, ...] = ()
 
     @property
     def scheduled(self) -> int:
