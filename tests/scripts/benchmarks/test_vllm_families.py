@@ -1,0 +1,66 @@
+"""The per-model page's gathering (scripts/benchmarks/vllm_families.py) on made-up runs: a run
+replaces its model's rows from the same kind of CPU only, and the page names each row's CPU."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def families() -> ModuleType:
+    # As test_vllm_report: the repo root only for this import (its `triton/` folder would pass
+    # for the `triton` package later).
+    sys.path.append(str(REPO))
+    try:
+        import scripts.benchmarks.vllm_families as module
+    finally:
+        sys.path.remove(str(REPO))
+    return module
+
+
+def _run(
+    families: ModuleType, monkeypatch: pytest.MonkeyPatch, data: Path, cpu: str, tok_s: float
+) -> None:
+    from scripts.benchmarks.vllm_models import Model
+    from scripts.benchmarks.vllm_report import PEER, Batch, Server
+
+    def batch(path: str) -> Batch:  # 2 requests of 11 tokens over `wall` s
+        return Batch(path, 1, 22 / tok_s, [(0.1, 11, 1.1), (0.1, 11, 1.1)], 0.0)
+
+    servers = [Server("TritonBox", 1.0, {}, [batch(families.OURS)]),
+               Server("vLLM", 1.0, {}, [batch(PEER)])]  # fmt: skip
+    model = Model("random qwen3", data.parent, "qwen3", random=True, default=False)
+    args = argparse.Namespace(tokens=11, repeats=1, concurrency=[1])
+    monkeypatch.setattr(families, "_cpu", lambda: cpu)  # the machine this run is said to be on
+    families.record(model, servers, args, None, data)
+
+
+def test_a_run_replaces_its_own_cpus_rows_only(
+    families: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "families.json"
+    _run(families, monkeypatch, data, "AMX, bfloat16", 30.0)
+    _run(families, monkeypatch, data, "AVX2, float32", 9.0)
+    _run(families, monkeypatch, data, "AVX2, float32", 10.0)
+    entries = json.loads(data.read_text())
+    assert [(e["cpu"], round(e["rows"]["1"]["ours"]["tok_s"], 6)) for e in entries] == [
+        ("AMX, bfloat16", 30.0),
+        ("AVX2, float32", 10.0),
+    ]
+    page = families.page(data)
+    assert "| random qwen3 | qwen3 | random | AMX, bfloat16 | 1 | 30.0 (30–30) |" in page
+    assert "| random qwen3 | qwen3 | random | AVX2, float32 | 1 | 10.0 (10–10) |" in page
+
+
+def test_this_machines_cpu(families: ModuleType) -> None:
+    unit, dtype = families._cpu().split(", ")
+    assert unit in {"AMX", "AVX512-BF16", "AVX-512", "AVX2", "no AVX2"}
+    assert dtype in {"bfloat16", "float32"}
