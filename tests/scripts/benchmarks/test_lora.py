@@ -4,32 +4,23 @@ made-up batches."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from tritonbox_testing.repo_scripts import script_module
 
 from tritonbox_common.lora import read_peft_adapter, task_id, to_lora_tensors
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def bench() -> tuple[ModuleType, ModuleType]:
-    # The scripts import each other as `scripts.…`; the repo root only for this import (its
-    # `triton/` folder would pass for the `triton` package torch looks for, hence peft first).
-    import peft  # noqa: F401
+    import peft  # noqa: F401  (before the scripts: repo_scripts.py says why)
 
-    sys.path.append(str(REPO))
-    try:
-        import scripts.benchmarks.lora_report as report
-        import scripts.benchmarks.lora_support as support
-    finally:
-        sys.path.remove(str(REPO))
-    return support, report
+    report = script_module("scripts.benchmarks.lora_report")
+    return script_module("scripts.benchmarks.lora_support"), report
 
 
 def tiny_llama() -> Any:

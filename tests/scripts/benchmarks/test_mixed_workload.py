@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from tritonbox_testing.repo_scripts import script_module
 
 from tritonbox_triton.prepare_model import prepare_default_model
 from tritonbox_triton.settings import DEFAULT_MODEL_NAME
@@ -22,14 +22,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def workload() -> ModuleType:
-    # The scripts import each other as `scripts.…`; the repo root only for this import (its
-    # `triton/` folder would pass for the `triton` package later).
-    sys.path.append(str(REPO))
-    try:
-        import scripts.benchmarks.mixed_workload as module
-    finally:
-        sys.path.remove(str(REPO))
-    return module
+    return script_module("scripts.benchmarks.mixed_workload")
 
 
 @pytest.fixture(scope="module")

@@ -5,26 +5,17 @@ configuration and the ratios set against it; no server, no timing."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[3]
+from tritonbox_testing.repo_scripts import script_module
 
 
 @pytest.fixture(scope="module")
 def bench() -> tuple[ModuleType, ModuleType]:
-    # The scripts import each other as `scripts.…`; the repo root only for this import (its
-    # `triton/` folder would pass for the `triton` package later).
-    sys.path.append(str(REPO))
-    try:
-        import scripts.benchmarks.open_loop as client
-        import scripts.benchmarks.open_loop_report as report
-    finally:
-        sys.path.remove(str(REPO))
-    return client, report
+    client = script_module("scripts.benchmarks.open_loop")
+    return client, script_module("scripts.benchmarks.open_loop_report")
 
 
 def test_capacity_counts_only_while_every_stream_is_busy(
@@ -108,11 +99,8 @@ def test_the_capacity_in_turns_is_the_median_of_each_rounds_ratio(
 ) -> None:
     """A round's ratio sets TritonBox against vLLM's run of the same round, not against the
     median of vLLM's runs: a slow minute of the machine's counts on both sides of its round."""
-    sys.path.append(str(REPO))
-    try:
-        from scripts.benchmarks.duel_report import Round, section
-    finally:
-        sys.path.remove(str(REPO))
+    duel_report = script_module("scripts.benchmarks.duel_report")
+    Round, section = duel_report.Round, duel_report.section
     rounds = [
         Round("vLLM", 300.0, 270.0, 0.02, 0.03),  # 0.90
         Round("TritonBox", 200.0, 220.0, 0.01, 0.01),  # 1.10: the machine slow, both slower

@@ -5,20 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from tritonbox_testing.repo_scripts import script_module
+
 BUSY_S = 1.0
 
 
 def test_the_server_measured_is_not_counted_in_the_others_load() -> None:
     """Over the same second, a process spinning on a core is in the others' load when it is
     not the server measured, and is not when it is."""
-    sys.path.append(str(REPO))
-    try:
-        from scripts.benchmarks.proc import OthersLoad
-    finally:
-        sys.path.remove(str(REPO))
+    OthersLoad = script_module("scripts.benchmarks.proc").OthersLoad
     spin = f"import time\nend = time.monotonic() + {BUSY_S + 1}\nwhile time.monotonic() < end: pass"
     busy = subprocess.Popen([sys.executable, "-c", spin])
     try:

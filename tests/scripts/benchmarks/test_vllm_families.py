@@ -5,34 +5,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[3]
+from tritonbox_testing.repo_scripts import script_module
 
 
 @pytest.fixture(scope="module")
 def families() -> ModuleType:
-    # As test_vllm_report: the repo root only for this import (its `triton/` folder would pass
-    # for the `triton` package later).
-    sys.path.append(str(REPO))
-    try:
-        import scripts.benchmarks.vllm_families as module
-    finally:
-        sys.path.remove(str(REPO))
-    return module
+    return script_module("scripts.benchmarks.vllm_families")
 
 
 def _run(
     families: ModuleType, monkeypatch: pytest.MonkeyPatch, data: Path, cpu: str, tok_s: float
 ) -> None:
-    from scripts.benchmarks.vllm_models import Model
-    from scripts.benchmarks.vllm_report import PEER, Batch, Server
+    Model = script_module("scripts.benchmarks.vllm_models").Model
+    report = script_module("scripts.benchmarks.vllm_report")
+    PEER, Batch, Server = report.PEER, report.Batch, report.Server
 
-    def batch(path: str) -> Batch:  # 2 requests of 11 tokens over `wall` s
+    def batch(path: str) -> Any:  # 2 requests of 11 tokens over `wall` s
         return Batch(path, 1, 22 / tok_s, [(0.1, 11, 1.1), (0.1, 11, 1.1)], 0.0)
 
     servers = [Server("TritonBox", 1.0, {}, [batch(families.OURS)]),

@@ -4,25 +4,16 @@ no server, no timing."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[3]
+from tritonbox_testing.repo_scripts import script_module
 
 
 @pytest.fixture(scope="module")
 def report() -> ModuleType:
-    # The scripts import each other as `scripts.…`; the repo root only for this import (its
-    # `triton/` folder would pass for the `triton` package later).
-    sys.path.append(str(REPO))
-    try:
-        import scripts.benchmarks.vllm_report as module
-    finally:
-        sys.path.remove(str(REPO))
-    return module
+    return script_module("scripts.benchmarks.vllm_report")
 
 
 def test_ratios_medians_and_tpot(report: ModuleType, tmp_path: Path) -> None:

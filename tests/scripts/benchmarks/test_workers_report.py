@@ -4,27 +4,18 @@ made-up batches: no server, no timing."""
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[3]
+from tritonbox_testing.repo_scripts import script_module
 
 
 @pytest.fixture(scope="module")
 def bench() -> tuple[ModuleType, ModuleType, ModuleType]:
-    # The scripts import each other as `scripts.…`; the repo root only for this import (its
-    # `triton/` folder would pass for the `triton` package later).
-    sys.path.append(str(REPO))
-    try:
-        import scripts.benchmarks.api_report as support
-        import scripts.benchmarks.workers_report as report
-        import scripts.benchmarks.workers_targets as targets
-    finally:
-        sys.path.remove(str(REPO))
+    support = script_module("scripts.benchmarks.api_report")
+    report = script_module("scripts.benchmarks.workers_report")
+    targets = script_module("scripts.benchmarks.workers_targets")
     return support, report, targets
 
 

@@ -4,30 +4,21 @@ on a handful of examples that must leave a PEFT folder both peft and TritonBox's
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tritonbox_testing.repo_scripts import script_module
 
 from tritonbox_common.lora import LLAMA_MODULES, read_peft_adapter
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def scripts() -> tuple[ModuleType, ModuleType]:
-    # The scripts import each other as `scripts.…`; the repo root only for this import (its
-    # `triton/` folder would pass for the `triton` package torch looks for, hence peft first).
-    import peft  # noqa: F401
+    import peft  # noqa: F401  (before the scripts: repo_scripts.py says why)
 
-    sys.path.append(str(REPO))
-    try:
-        import scripts.demo_adapter.data as data
-        import scripts.demo_adapter.train as train
-    finally:
-        sys.path.remove(str(REPO))
-    return data, train
+    data = script_module("scripts.demo_adapter.data")
+    return data, script_module("scripts.demo_adapter.train")
 
 
 def test_committed_data_parses_and_is_what_the_generator_writes(
