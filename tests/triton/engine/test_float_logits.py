@@ -33,7 +33,9 @@ def exact(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(x.double(), linear.weight.double())
 
 
-@pytest.mark.parametrize(("vocab", "hidden"), [(1001, 65), (4096, 576), (517, 640)])
+# Block counts odd and even, with and without a partial last block (the AVX512-BF16 kernel
+# takes blocks two at a time from 8 rows on, one at a time below).
+@pytest.mark.parametrize(("vocab", "hidden"), [(1001, 65), (4096, 576), (517, 640), (2008, 72)])
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 16, 17, 40])
 def test_bfloat16_products_are_summed_in_float32(
     library: object, vocab: int, hidden: int, rows: int
