@@ -30,9 +30,10 @@ DISTURBED = 0.25  # cores the rest of the machine may use before a row is marked
 EIGHT_STREAMS = [
     "**Reading the rows.** Each row names the commit and hour it ran, on whichever machine "
     "the session had: the rows of 2026-11-28, 2026-12-01 and 2026-12-02 on an Intel Xeon "
-    "with AMX, those of 2026-11-29 on an AMD EPYC with AVX512-BF16 and no AMX (there the "
-    "Gemma 3 270M package was 1.17 / 0.98 × vLLM at 275b579, before greedy rows stopped "
-    "paying a log-softmax over its 262,144-token vocabulary that nobody asked for). Compare "
+    "with AMX, those of 2026-11-29 and 2026-12-03 on an AMD EPYC with AVX512-BF16 and no AMX "
+    "(there the Gemma 3 270M package was 1.17 / 0.98 × vLLM at 275b579, before greedy rows "
+    "stopped paying a log-softmax over its 262,144-token vocabulary that nobody asked for). "
+    "Compare "
     "within a row, not across dates. A batch's tok/s is its tokens over the time until its "
     "last request ends, so one request started late costs the whole batch. Short runs like "
     "these move by more than their ranges show on a shared machine: random qwen2 at 53d321c "
@@ -47,6 +48,16 @@ EIGHT_STREAMS = [
     "where Gemma 2's RoPE and cache writes became one fused pass (before it, at de71d99 the "
     "same hour: 0.94 / 1.03). On this machine vLLM's first tokens come sooner at 8 streams "
     "on the Llama-shaped checkpoints (mistral: 133 against 168 ms).",
+    "",
+    "**Gemma 3 270M on AVX512-BF16 without AMX** is bound by its head at 8 streams: the float32 "
+    "logits of 8 rows over its 262,144 × 640 embedding took 14.7 ms of a ~40 ms step in-process "
+    "(2026-12-03): 42 million 512-bit bfloat16 dot products, 1.4 billion a second a core, "
+    "where a loop of nothing but them in registers ran 1.1 billion. At 7a50d82 "
+    "its row was 1.22 / 0.92 × vLLM (197.7 against 213.9 tok/s at 8 streams, 03:43); at "
+    "3cd2f26, where the head takes two vocabulary blocks at a time from 8 rows on (12.5 → 11.2 "
+    "ms for 8 rows in a microbenchmark, 22.2 → 17.6 for 16), 1.28 / 1.19 × (03:59): most of "
+    "that move is vLLM's, 213.9 → 185.0 tok/s within the quarter hour, so read the two as "
+    "about even at 8 streams on this CPU.",
     "",
     "**On a CPU without AVX-512** (*AVX2, float32*: an AMD EPYC with AVX2 only, 2 cores) the "
     "engine runs float32 through MKL's products, without its compiled stages and attention, "
