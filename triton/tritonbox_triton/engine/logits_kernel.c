@@ -2,8 +2,8 @@
    (float_logits.py says why). The weight is packed once into 16-row blocks of column pairs
    ([blocks][pairs][16][2], the layout AVX512-BF16's dot product reads): one instruction then
    adds two columns' products to 16 vocabulary entries of one row, so no horizontal sums are
-   needed, and each block of the weight is read from memory once, then from L1 for the next
-   rows. Rows go in runs of 8, then 4, 2 and 1, two blocks at a time, each run's sums held in
+   needed, and each block of the weight is read from memory once, then from cache for the
+   next rows. Rows go in runs of 8, then 4, 2 and 1, two blocks at a time, each run's sums held in
    registers.
    Where the CPU has AMX, `amx_logits` does the same with tile products instead (16 rows and
    32 columns a step; the packed layout is AMX's B tile as it is), at the speed of oneDNN's own
@@ -15,8 +15,9 @@
 /* Rows i < N of x against BLOCKS (1 or 2) consecutive 16-entry blocks of the weight: each
    weight vector is loaded once for all N rows, each x pair broadcast once for both blocks. Two
    blocks at a time keep 2 × N sums in flight: on the AMD EPYC (AVX512-BF16, no AMX) 16 rows
-   of Gemma 3's 262,144 × 640 head took 19.1 against 23.9 ms one block at a time, SmolLM2's
-   4.1 against 4.8 ms. Each sum is the same dot products in the same order either way. */
+   of Gemma 3's 262,144 × 640 head took 17.6–19.1 against 22.2–23.9 ms one block at a time
+   (two runs), 8 rows 11.2 against 12.5; SmolLM2's 49,152 × 576 at 16 rows 3.3–4.1 against
+   4.1–4.8. Each sum is the same dot products in the same order either way. */
 #define RUN(N, BLOCKS)                                                                          \
     static inline void run##N##x##BLOCKS(const int32_t *xs, long pairs, const bf16 *w,         \
                                          float *out, long vocab, __mmask16 mask) {              \
@@ -80,8 +81,8 @@ int bf16_logits(const bf16 *x, long rows, const bf16 *packed, long blocks, long 
             runs1(x, rows, pairs, w, out + first, vocab, mask);
         else if (rows >= 8)
             runs2(x, rows, pairs, w, out + first, vocab, mask);
-        else { /* few rows: one weight stream at a time read slightly faster (1 row: 1.7 ms
-                  against 1.9 for SmolLM2's head) */
+        else { /* few rows: one block at a time (two at once were no faster, and in one run
+                  of two 1.9 against 1.7 ms for one row of SmolLM2's head) */
             runs1(x, rows, pairs, w, out + first, vocab, (__mmask16)0xffff);
             runs1(x, rows, pairs, w + pairs * 32, out + first + 16, vocab, mask);
         }
