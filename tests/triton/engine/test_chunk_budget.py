@@ -134,6 +134,17 @@ def test_a_prompt_is_whole_while_it_costs_at_most_the_limit() -> None:
     assert budget.whole(0, 1000, 0.42) and not budget.whole(0, 1000, 0.40)
 
 
+def test_padding_is_worth_what_a_plain_step_costs_in_prompt_tokens() -> None:
+    budget = ChunkBudget(512)
+    assert budget.padding_worth() is None  # nothing observed: prompts are padded together
+    budget.observed(STEP_S)
+    budget.passed(0.17, 400)  # one pass: its mean per token counts its fixed part too
+    assert budget.padding_worth() == int(STEP_S / (0.17 / 400))
+    for tokens in (40, 300, 120):  # 10 ms + 0.4 ms a token: the fit's part per token
+        budget.passed(0.010 + 0.0004 * tokens, tokens)
+    assert budget.padding_worth() == pytest.approx(STEP_S / 0.0004, abs=1)
+
+
 def test_a_filling_prompt_to_finish_whole_goes_first_and_whole() -> None:
     budget = _learned()
     long, short = _filling(3000), _filling(600)

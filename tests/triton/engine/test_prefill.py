@@ -54,6 +54,16 @@ def test_groups_keep_order_and_the_token_budget() -> None:
     assert runs[0] == [0, 1, 2] or runs[0] == [0, 1]
 
 
+def test_groups_leave_apart_prompts_that_would_pad_each_other() -> None:
+    """Beside streams a prompt joins a run only where its padding costs less than a pass of its
+    own (batch_prefill.py gives ChunkBudget.padding_worth)."""
+    prompts = [[0] * n for n in (72, 445, 132, 133, 140, 20)]
+    assert prefill.groups(prompts, budget=4096) == [[0, 1, 2, 3, 4, 5]]
+    runs = prefill.groups(prompts, budget=4096, most_padding=40)
+    assert runs == [[0], [1], [2, 3, 4], [5]]  # 133 adds 1 padded token, 140 adds 14
+    assert prefill.groups(prompts, budget=4096, most_padding=0) == [[0], [1], [2], [3], [4], [5]]
+
+
 def test_who_may_share_a_prefill() -> None:
     plain = SamplingParams(max_tokens=4, end_id=EOS, pad_id=EOS)
     assert prefill.shareable(plain, has_adapter=False)

@@ -86,7 +86,12 @@ class BatchPrefill:
         shared pass's do (docs/cpu-engine.md, exactness)."""
         shared = [r for r in admitted if prefill.shareable(r.params, r.lora is not None)]
         shared_ids = {id(r) for r in shared}
-        runs = [[shared[i] for i in run] for run in prefill.groups([r.prompt for r in shared])]
+        # Beside streams a prompt that came alone takes one pass without a check, so prompts
+        # of far apart lengths go apart rather than padded together; at an idle engine a lone
+        # prompt's exact path costs more than the padding.
+        padding = self.budget.padding_worth() if busy else None
+        prompts = [r.prompt for r in shared]
+        runs = [[shared[i] for i in run] for run in prefill.groups(prompts, most_padding=padding)]
         runs += [[r] for r in admitted if id(r) not in shared_ids]
         for run in runs:
             try:

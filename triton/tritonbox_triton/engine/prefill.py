@@ -43,19 +43,25 @@ def shareable(params: SamplingParams, has_adapter: bool) -> bool:
     return not has_adapter and not prompt_logprobs.wanted(params) and params.max_tokens > 0
 
 
-def groups(prompts: Sequence[Sequence[int]], budget: int = BATCH_TOKENS) -> list[list[int]]:
-    """Indexes of `prompts`, in order, cut into runs of at most `budget` padded tokens."""
+def groups(
+    prompts: Sequence[Sequence[int]], budget: int = BATCH_TOKENS, most_padding: int | None = None
+) -> list[list[int]]:
+    """Indexes of `prompts`, in order, cut into runs of at most `budget` padded tokens; with
+    `most_padding`, a prompt joins a run only where that adds at most so many tokens of
+    padding (a pass's padded positions cost what its prompts' own do)."""
     runs: list[list[int]] = []
-    longest = 0
+    longest = padded = 0
     for index, prompt in enumerate(prompts):
         run = runs[-1] if runs else None
         wider = max(longest, len(prompt))
-        if run is not None and wider * (len(run) + 1) <= budget:
+        added = wider * (len(run) + 1) - padded - len(prompt) if run is not None else 0
+        fits = run is not None and wider * (len(run) + 1) <= budget
+        if run is not None and fits and (most_padding is None or added <= most_padding):
             run.append(index)
-            longest = wider
+            longest, padded = wider, wider * len(run)
         else:
             runs.append([index])
-            longest = len(prompt)
+            longest = padded = len(prompt)
     return runs
 
 
