@@ -50,18 +50,18 @@ def groups(
     `most_padding`, a prompt joins a run only where that adds at most so many tokens of
     padding (a pass's padded positions cost what its prompts' own do)."""
     runs: list[list[int]] = []
-    longest = padded = 0
+    longest = 0  # the last run's longest prompt: the run is that times its length, padded
     for index, prompt in enumerate(prompts):
-        run = runs[-1] if runs else None
+        run = runs[-1] if runs else []
         wider = max(longest, len(prompt))
-        added = wider * (len(run) + 1) - padded - len(prompt) if run is not None else 0
-        fits = run is not None and wider * (len(run) + 1) <= budget
-        if run is not None and fits and (most_padding is None or added <= most_padding):
+        added = wider * (len(run) + 1) - longest * len(run) - len(prompt)  # padding it adds
+        fits = bool(run) and wider * (len(run) + 1) <= budget
+        if fits and (most_padding is None or added <= most_padding):
             run.append(index)
-            longest, padded = wider, wider * len(run)
+            longest = wider
         else:
             runs.append([index])
-            longest = padded = len(prompt)
+            longest = len(prompt)
     return runs
 
 
