@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scripts.benchmarks.duel_report import pct
 from scripts.benchmarks.duel_report import section as duel_section
 from scripts.benchmarks.open_loop import Capacity, OpenRun, Outcome
 from scripts.benchmarks.vllm_configs import CONFIGS
@@ -34,14 +35,6 @@ class Turn:
     runs: list[OpenRun] = field(default_factory=list)
     memory: dict[str, tuple[int, int]] = field(default_factory=dict)  # bytes now, peak
     logs: list[str] = field(default_factory=list)  # kept logs, relative to the page
-
-
-def pct(values: Sequence[float], q: int) -> float:
-    """The q-th percentile, linearly interpolated between the two nearest values."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    return statistics.quantiles(ordered, n=100, method="inclusive")[q - 1]
 
 
 def keep_log(folder: Path, name: str, paths: Sequence[Path], head: int = 60, tail: int = 30) -> str:
@@ -80,6 +73,15 @@ def best_config(turns: Sequence[Turn]) -> str | None:
     """The vLLM configuration of the highest capacity (None before any)."""
     by_config = _capacity_by_config(turns)
     return max(by_config, key=by_config.__getitem__) if by_config else None
+
+
+def best_closed_config(turns: Sequence[Turn], level: int) -> str | None:
+    """The vLLM configuration of the most tok/s in the closed loop at `level` streams."""
+    found = {}
+    for config in dict.fromkeys(t.config for t in _vllm(turns)):
+        if batches := _closed([t for t in turns if t.config == config], f"vLLM {config}", level):
+            found[config] = _closed_cells(batches)[0]
+    return max(found, key=found.__getitem__) if found else None
 
 
 def best_capacity(turns: Sequence[Turn]) -> float | None:
@@ -270,7 +272,7 @@ def page(turns: Sequence[Turn], args: argparse.Namespace, elapsed: float) -> str
     if any(t.runs for t in turns):
         lines += [*open_section(turns), ""]
     if duel := getattr(args, "duel", None):
-        lines += [*duel_section(duel, args.duel_config, args.streams, args.capacity_requests), ""]
+        lines += [*duel_section(duel, args.streams, args.capacity_requests, args.requests), ""]
     lines += ["### Memory and start", "",
               "| server | ready after (s, per turn) | resident memory after its run (peak) |",
               "|---|---|---|"]  # fmt: skip

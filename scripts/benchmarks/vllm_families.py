@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmarks.revision import revision
 from scripts.benchmarks.vllm_models import Model
 from scripts.benchmarks.vllm_report import PEER, Batch, Server
 
@@ -67,16 +67,6 @@ EIGHT_STREAMS = [
 ]
 
 
-def _commit() -> str:
-    command = ["git", "rev-parse", "--short", "HEAD"]
-    head = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True)
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "triton/tritonbox_triton/engine"],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    return head.stdout.strip() + (" (engine files changed since)" if dirty.strip() else "")
-
-
 def _cpu() -> str:
     """This machine's CPU as the engine sees it: its widest vector unit for the products, and
     the dtype CPU_DTYPE=auto runs here."""
@@ -115,7 +105,7 @@ def record(
         "family": model.family,
         "weights": "random" if model.random else "real",
         "cpu": _cpu(),
-        "commit": _commit(),
+        "commit": revision(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "tokens": args.tokens,
         "repeats": args.repeats,

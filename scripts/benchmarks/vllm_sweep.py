@@ -22,7 +22,6 @@ import dataclasses
 import json
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,12 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from scripts.benchmarks.capacity_duel import duel
+from scripts.benchmarks.duel import duel
 from scripts.benchmarks.load import One, grpc_path
 from scripts.benchmarks.mixed_workload import MixedRequest, mixed_workload
 from scripts.benchmarks.open_loop import Send, capacity, completions, open_loop
-from scripts.benchmarks.open_loop_report import Turn, best_capacity, best_config, keep_log, page
+from scripts.benchmarks.open_loop_report import Turn, best_capacity, keep_log, page
 from scripts.benchmarks.proc import process_group_of, process_tree, rss_bytes
+from scripts.benchmarks.revision import revision
 from scripts.benchmarks.servers import start_stack
 from scripts.benchmarks.vllm_configs import CONFIGS, VllmConfig, environment
 from scripts.benchmarks.vllm_cpu import (
@@ -82,6 +82,9 @@ def workload_sets(args: argparse.Namespace) -> dict[str, list[MixedRequest]]:
     for index in range(args.duel_rounds):  # seeds no rate's set reaches
         sets[f"duel-{index}"] = mixed_workload(
             args.capacity_requests, args.seed * 100 + 50 + index, encode, decode
+        )
+        sets[f"duel-open-{index}"] = mixed_workload(
+            args.requests, args.seed * 100 + 75 + index, encode, decode
         )
     return sets
 
@@ -211,15 +214,6 @@ async def _tritonbox_go(
         await grpc.close()
 
 
-def revision() -> str:
-    """The commit measured, and whether the engine's files differed from it (work in progress)."""
-    git = ["git", "-C", str(REPO)]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    changed = subprocess.run([*git, "status", "--porcelain", "triton/"], capture_output=True)
-    dirty = " with uncommitted changes under triton/" if changed.stdout.strip() else ""
-    return f"{head.stdout.strip() or 'unknown'}{dirty}"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--workload", choices=["closed", "open-loop", "both"], default="both")
@@ -237,8 +231,8 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=16, help="capacity: requests at once")
     parser.add_argument("--seed", type=int, default=45)
     parser.add_argument("--repeats", type=int, default=1, help="turns of each server")
-    parser.add_argument("--duel-rounds", type=int, default=4, help="open loop: capacity "
-                        "in turns with vLLM's best, both up (capacity_duel.py)")  # fmt: skip
+    parser.add_argument("--duel-rounds", type=int, default=4, help="rounds of each part in "
+                        "turns with vLLM's best, both up (duel.py)")  # fmt: skip
     parser.add_argument("--no-vllm", action="store_true", help="TritonBox only")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few, short requests")
     parser.add_argument("--output", type=Path, help=f"default {PAGE.relative_to(REPO)}")
@@ -289,11 +283,10 @@ def main() -> int:
             except (RuntimeError, OSError, httpx.HTTPError) as error:  # vLLM's rows still count
                 args.notes.append(f"TritonBox's turn {rep + 1} failed: {str(error)[:300]}")
                 print(args.notes[-1], file=sys.stderr)
-        args.duel_config = best_config(turns) if args.workload != "closed" else None
-        args.duel = duel(args, Path(tmp) / "duel", stack_env)
+        args.duel = duel(args, turns, Path(tmp) / "duel", stack_env)
     # The measurements first, beside the page: a run of half an hour outlives a page that fails.
     data = {"turns": [dataclasses.asdict(turn) for turn in turns],
-            "duel": [dataclasses.asdict(each) for each in args.duel]}  # fmt: skip
+            "duel": dataclasses.asdict(args.duel) if args.duel else None}  # fmt: skip
     args.output.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
     args.output.write_text(page(turns, args, time.monotonic() - started))
     print(args.output.read_text())

@@ -70,7 +70,7 @@ def test_tritonbox_is_set_against_the_best_configuration(
     row = "| 80% of its capacity | TritonBox api | 2.00 | 264.0 | 300 | 300 | 10.0 | 0.01 |"
     assert f"{row} **1.50** |" in text
     assert "at abc1234 (" in text and text.endswith("\nA note.\n")
-    assert "capacity in turns" not in text  # no rounds run: no section
+    assert "In turns" not in text  # no rounds run: no section
     assert "(pinned), resident after the run: 2.00 / 2.00 GiB = **1.00×**" in text
 
 
@@ -94,20 +94,66 @@ def test_a_closed_loop_of_one_wave_has_no_steady_ttft_to_compare(
     assert "| 8 | pinned | 256.0 | – | 200 | 14.2 |" in lines
 
 
-def test_the_capacity_in_turns_is_the_median_of_each_rounds_ratio(
+def test_each_part_in_turns_is_the_median_of_each_rounds_ratio(
     bench: tuple[ModuleType, ModuleType],
 ) -> None:
     """A round's ratio sets TritonBox against vLLM's run of the same round, not against the
-    median of vLLM's runs: a slow minute of the machine's counts on both sides of its round."""
+    median of vLLM's runs: a slow minute of the machine's counts on both sides of its round.
+    In the open loop the ratio is of TTFT p90 (lower is better), elsewhere of tok/s."""
     duel_report = script_module("scripts.benchmarks.duel_report")
-    Round, section = duel_report.Round, duel_report.section
+    Round, Run, Duel = duel_report.Round, duel_report.Run, duel_report.Duel
+
+    def capacity(first: str, vllm: float, ours: float, others: float = 0.01) -> object:
+        return Round("capacity", first, Run(vllm, 0.02), Run(ours, others))
+
+    def arrivals(first: str, vllm_p90: float, ours_p90: float) -> object:
+        return Round("open", first, Run(130.0, 0.02, 150.0, vllm_p90),
+                     Run(128.0, 0.03, 200.0, ours_p90))  # fmt: skip
+
     rounds = [
-        Round("vLLM", 300.0, 270.0, 0.02, 0.03),  # 0.90
-        Round("TritonBox", 200.0, 220.0, 0.01, 0.01),  # 1.10: the machine slow, both slower
-        Round("vLLM", 310.0, 341.0, 0.05, 0.02),  # 1.10
+        capacity("vLLM", 300.0, 270.0, 0.03),  # 0.90
+        capacity("TritonBox", 200.0, 220.0),  # 1.10: the machine slow, both slower
+        capacity("vLLM", 310.0, 341.0),  # 1.10
+        arrivals("vLLM", 400.0, 600.0),  # 1.50
+        arrivals("TritonBox", 500.0, 500.0),  # 1.00
+        Round("16", "vLLM", Run(360.0, 0.01), Run(396.0, 0.02)),  # 1.10
+        Round("16", "TritonBox", Run(350.0, 0.01), Run(315.0, 0.02)),  # 0.90
     ]
-    lines = section(rounds, "pinned", 16, 40)
-    assert "| 2 | TritonBox | 200.0 | 220.0 | 1.10 | 0.01 / 0.01 |" in lines
+    duel = Duel("pinned", rounds, 1.42, 0.8, (450.0, 585.0))
+    lines = duel_report.section(duel, 16, 40, 40)
+    assert "### In turns: TritonBox's api against vLLM pinned, both up" in lines
+    assert "| 2 | TritonBox | 200.0 | 220.0 | 1.10 | 0.02 / 0.01 |" in lines
     # Medians of each side apart would give 300 / 270 = 0.90 instead.
     assert "Median over 3 rounds: **1.10×** vLLM's capacity (rounds 0.90–1.10×)." in lines
-    assert section([], "pinned", 16, 40) == []
+    text = "\n".join(lines)
+    assert "**Open loop at 80% of vLLM's capacity** (the capacity rounds' median, 1.42" in text
+    assert "| 1 | vLLM | 150 / 400 | 200 / 600 | 1.50 | 130.0 / 128.0 | 0.02 / 0.03 |" in lines
+    assert "Median over 2 rounds: **1.25×** vLLM's TTFT p90 (rounds 1.00–1.50×)." in lines
+    assert "TTFT p90 450 ms (vLLM) against 585 ms (TritonBox), **1.30×**." in text
+    assert "| 16 | 2 | TritonBox | 350.0 | 315.0 | 0.90 | 0.01 / 0.02 |" in lines
+    assert "- 16 streams: Median over 2 rounds: **1.00×** vLLM's tok/s (rounds 0.90–1.10×)." in text
+    assert duel_report.section(None, 16, 40, 40) == []
+    assert duel_report.section(Duel("pinned", []), 16, 40, 40) == []
+
+
+def test_the_closed_loops_best_configuration_is_the_one_with_most_tokens(
+    bench: tuple[ModuleType, ModuleType],
+) -> None:
+    """With no open loop run (`--workload closed`), the servers in turns set TritonBox against
+    the configuration of the most tok/s at the busiest level."""
+    _, report = bench
+    from scripts.benchmarks.vllm_report import Batch
+
+    def turn(config: str, wall_1: float, wall_16: float) -> object:
+        made = report.Turn(f"vLLM {config}", config, 60.0)
+        made.closed = [
+            Batch(f"vLLM {config}", 1, wall_1, [(0.05, 128, 4.0)], 0.01),
+            Batch(f"vLLM {config}", 16, wall_16, [(0.2, 128, 6.0)] * 16, 0.01),
+        ]
+        return made  # fmt: skip
+
+    turns = [turn("pinned", 3.0, 6.0), turn("tcmalloc", 4.0, 5.0)]
+    assert report.best_closed_config(turns, 16) == "tcmalloc"
+    assert report.best_closed_config(turns, 1) == "pinned"
+    assert report.best_closed_config(turns, 4) is None
+    assert report.best_config(turns) is None  # no capacity measured
