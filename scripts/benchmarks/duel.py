@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import statistics
 import sys
 import time
@@ -29,9 +30,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import httpx
-from scripts.benchmarks.duel_report import CAPACITY, OPEN, TRITONBOX, VLLM, Duel, Round, Run, pct
+from scripts.benchmarks.duel_report import CAPACITY, OPEN, TRITONBOX, VLLM, Duel, Round, Run
 from scripts.benchmarks.mixed_workload import MixedRequest, mean_output
-from scripts.benchmarks.open_loop import Send, capacity, completions, open_loop
+from scripts.benchmarks.open_loop import Send, capacity, completions, open_loop, pct
 from scripts.benchmarks.open_loop_report import Turn, best_closed_config, best_config
 from scripts.benchmarks.proc import OthersLoad, cpu_seconds, process_tree
 from scripts.benchmarks.servers import start_stack
@@ -128,9 +129,9 @@ async def _rounds(
                 return Run(result.tokens_per_s, others.cores(time.perf_counter() - started))
 
             rounds.append(await _in_turns(CAPACITY, index, saturated, roots))
-        duel = Duel(config, rounds)
+        rate, pooled = 0.0, (math.nan, math.nan)
         if mixed and args.peer_rate:
-            duel = await _open_rounds(args, duel, sends, roots)
+            rate, pooled = await _open_rounds(args, rounds, sends, roots)
         if args.workload != "open-loop":
             for level in args.concurrency:
                 count = max(args.min_requests, level * args.waves)
@@ -141,20 +142,20 @@ async def _rounds(
                         done = await run_batch(name, closed[name], level, count, args.tokens, tree)
                         return Run(done.tokens_per_s, done.others)
 
-                    duel.rounds.append(await _in_turns(str(level), index, batch, roots))
-        return duel
+                    rounds.append(await _in_turns(str(level), index, batch, roots))
+        return Duel(config, rounds, rate, args.peer_rate if rate else 0.0, pooled)
 
 
 async def _open_rounds(
-    args: argparse.Namespace, duel: Duel, sends: dict[str, Send], roots: dict[str, int]
-) -> Duel:
-    """The open loop in turns at args.peer_rate of vLLM's capacity as the rounds measured it."""
-    capacities = [r for r in duel.rounds if r.part == CAPACITY]
+    args: argparse.Namespace, rounds: list[Round], sends: dict[str, Send], roots: dict[str, int]
+) -> tuple[float, tuple[float, float]]:
+    """The open loop in turns at args.peer_rate of vLLM's capacity as `rounds` measured it,
+    its rounds added to them; the rate, and each server's TTFT p90 over all its requests."""
+    capacities = [r for r in rounds if r.part == CAPACITY]
     per_s = [r.vllm.tokens_per_s / mean_output(args.sets[f"duel-{i}"])  # requests/s
              for i, r in enumerate(capacities)]  # fmt: skip
     rate = args.peer_rate * statistics.median(per_s)
     ttfts: dict[str, list[float]] = {VLLM: [], TRITONBOX: []}
-    rounds = list(duel.rounds)
     for index in range(args.duel_rounds):
         requests = args.sets[f"duel-open-{index}"]
 
@@ -165,8 +166,7 @@ async def _open_rounds(
             return Run(run.tokens_per_s, run.others, pct(ms, 50), pct(ms, 90))
 
         rounds.append(await _in_turns(OPEN, index, arrivals, roots))
-    pooled = (pct(ttfts[VLLM], 90), pct(ttfts[TRITONBOX], 90))
-    return Duel(duel.config, rounds, rate, args.peer_rate, pooled)
+    return rate, (pct(ttfts[VLLM], 90), pct(ttfts[TRITONBOX], 90))
 
 
 def _tree(roots: dict[str, int], name: str) -> list[int]:

@@ -47,14 +47,6 @@ class Duel:
     pooled_p90_ms: tuple[float, float] = (math.nan, math.nan)  # vLLM's, TritonBox's
 
 
-def pct(values: Sequence[float], q: int) -> float:
-    """The q-th percentile, linearly interpolated between the two nearest values."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    return statistics.quantiles(ordered, n=100, method="inclusive")[q - 1]
-
-
 def _headline(rounds: Sequence[Round], what: str) -> str:
     ratios = [r.ratio for r in rounds]
     return (f"Median over {len(rounds)} rounds: **{statistics.median(ratios):.2f}×** vLLM's "
@@ -114,7 +106,10 @@ def section(duel: Duel | None, streams: int, requests: int, open_requests: int) 
             f"Over all {len(opened)} rounds' requests: TTFT p90 {theirs:.0f} ms (vLLM) against "
             f"{ours:.0f} ms (TritonBox), **{ours / theirs:.2f}×**.",
         ]  # fmt: skip
-    levels = dict.fromkeys(r.part for r in duel.rounds if r.part not in (CAPACITY, OPEN))
+    levels: dict[str, list[Round]] = {}  # a closed-loop level's rounds, in the order run
+    for r in duel.rounds:
+        if r.part not in (CAPACITY, OPEN):
+            levels.setdefault(r.part, []).append(r)
     if levels:
         lines += [
             "",
@@ -125,13 +120,10 @@ def section(duel: Duel | None, streams: int, requests: int, open_requests: int) 
             "cores |",
             "|---:|---:|---|---:|---:|---:|---|",
         ]
-        for level in levels:
-            mine = [r for r in duel.rounds if r.part == level]
+        for level, mine in levels.items():
             lines += [f"| {level} | {i} | {r.first} | {r.vllm.tokens_per_s:.1f} | "
                       f"{r.tritonbox.tokens_per_s:.1f} | {r.ratio:.2f} | {_others(r)} |"
                       for i, r in enumerate(mine, 1)]  # fmt: skip
-        lines.append("")
-        for level in levels:
-            mine = [r for r in duel.rounds if r.part == level]
-            lines.append(f"- {level} streams: {_headline(mine, 'tok/s')}")
+        lines += ["", *[f"- {level} streams: {_headline(mine, 'tok/s')}"
+                        for level, mine in levels.items()]]  # fmt: skip
     return lines

@@ -10,6 +10,7 @@ run with any count off is refused.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,14 @@ async def open_loop(
     wall = time.perf_counter() - started
     check(name, requests, outcomes)
     return OpenRun(label, rate, wall, list(outcomes), others.cores(wall))
+
+
+def pct(values: Sequence[float], q: int) -> float:
+    """The q-th percentile, linearly interpolated between the two nearest values."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    return statistics.quantiles(ordered, n=100, method="inclusive")[q - 1]
 
 
 def busy_tokens_per_s(outcomes: Sequence[Outcome]) -> float:

@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.benchmarks.duel_report import pct
 from scripts.benchmarks.duel_report import section as duel_section
-from scripts.benchmarks.open_loop import Capacity, OpenRun, Outcome
+from scripts.benchmarks.open_loop import Capacity, OpenRun, Outcome, pct
 from scripts.benchmarks.vllm_configs import CONFIGS
 from scripts.benchmarks.vllm_report import Batch
 

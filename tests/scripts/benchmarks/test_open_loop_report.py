@@ -29,11 +29,11 @@ def test_capacity_counts_only_while_every_stream_is_busy(
 
 
 def test_percentiles_interpolate(bench: tuple[ModuleType, ModuleType]) -> None:
-    _, report = bench
+    client, _ = bench
     values = [float(v) for v in range(1, 11)]  # 1..10
-    assert report.pct(values, 50) == pytest.approx(5.5)
-    assert report.pct(values, 90) == pytest.approx(9.1)
-    assert report.pct([3.0], 90) == 3.0
+    assert client.pct(values, 50) == pytest.approx(5.5)
+    assert client.pct(values, 90) == pytest.approx(9.1)
+    assert client.pct([3.0], 90) == 3.0
 
 
 def test_tritonbox_is_set_against_the_best_configuration(
