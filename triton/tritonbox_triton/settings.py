@@ -180,8 +180,8 @@ class TritonSettings(BaseSettings):
     cpu_dtype: Literal["auto", "bfloat16", "float32"] = Field(
         default="auto",
         description="cpu: the engine's weights and activations. auto = bfloat16 where the CPU "
-        "computes it natively (AVX512-BF16 or AMX), float32 elsewhere; the choice is logged at "
-        "start.",
+        "computes it natively (AVX512-BF16 or AMX) or has AVX2 with FMA (the engine's own "
+        "products, with PyTorch's sums), float32 elsewhere; the choice is logged at start.",
     )
     max_lora_rank: int = Field(
         default=64,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tritonbox_testing.hardware import needs_avx512, needs_native_bf16
+from tritonbox_testing.hardware import needs_avx512, needs_bf16
 
 from tritonbox_triton.engine import attention, fused_build, fused_ops
 from tritonbox_triton.engine.attention import (
@@ -56,7 +56,8 @@ def layer(kernel: AttentionKernel | None) -> torch.nn.Module:
     return module
 
 
-@needs_native_bf16  # the compiled attention is bfloat16's (the model is float32 elsewhere)
+@needs_bf16  # the compiled attention is bfloat16's (the model is float32 elsewhere)
+@needs_avx512  # and AVX-512 code
 def test_the_engines_model_decodes_with_the_compiled_kernel_here(model: object) -> None:
     """On the machines this was built on (AVX-512) `load_model` gives it to every layer."""
     assert isinstance(model_kernel(model), AttentionKernel)  # type: ignore[arg-type]

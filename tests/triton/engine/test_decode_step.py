@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 from transformers import DynamicCache
-from tritonbox_testing.hardware import needs_native_bf16
+from tritonbox_testing.hardware import needs_bf16
 from tritonbox_testing.reference import greedy_ids
 from tritonbox_testing.step_check import step_equals_forward
 
-from tritonbox_triton.engine import family
+from tritonbox_triton.engine import family, linear_kernel
 from tritonbox_triton.engine.decode_step import DecodeStep, unsupported
 from tritonbox_triton.engine.fused_ops import load as load_fused_ops
 from tritonbox_triton.engine.kv_batch import BatchedKVCache, prefilled_layers
@@ -24,7 +24,7 @@ from tritonbox_triton.engine.words import text_decoder
 EOS = 2
 
 
-@pytest.fixture(scope="module", params=[pytest.param("fused", marks=needs_native_bf16), "pytorch"])
+@pytest.fixture(scope="module", params=[pytest.param("fused", marks=needs_bf16), "pytorch"])
 def step(model: Any, request: pytest.FixtureRequest) -> DecodeStep:
     """The step with its elementwise stages fused (fused_ops.py), as the engine runs it where a
     compiler is found, and as PyTorch's operations, as it runs elsewhere."""
@@ -201,9 +201,14 @@ def test_rope_past_the_models_length_is_the_models_own(model: Any, step: DecodeS
 def test_bfloat16_without_native_bfloat16_takes_the_forward(
     model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """PyTorch emulates bfloat16 on such a CPU, and the step would not give the forward's bits."""
+    """PyTorch emulates bfloat16 on such a CPU, and without the AVX2 products (linear_kernel.py)
+    the step would not give the forward's bits; with them, or with native bfloat16, it does."""
     bf16 = SimpleNamespace(dtype=torch.bfloat16, config=model.config)
     monkeypatch.setattr(family, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    monkeypatch.setattr(linear_kernel, "current", lambda: None)
     assert "without native bfloat16" in (unsupported(bf16) or "")
+    monkeypatch.setattr(linear_kernel, "current", lambda: object())
+    assert unsupported(bf16) is None
+    monkeypatch.setattr(linear_kernel, "current", lambda: None)
     monkeypatch.setattr(family, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
     assert unsupported(bf16) is None

@@ -15,12 +15,12 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, DynamicCache
 from tritonbox_testing.families import FAMILIES, WINDOW, build
-from tritonbox_testing.hardware import needs_native_bf16
+from tritonbox_testing.hardware import needs_bf16
 from tritonbox_testing.lora import ALL, lora_inputs, make_adapter
 from tritonbox_testing.step_check import step_equals_forward
 
 from tritonbox_triton.engine import family as families
-from tritonbox_triton.engine.attention import load_model
+from tritonbox_triton.engine.attention import load_model, model_kernel
 from tritonbox_triton.engine.decode_step import DecodeStep
 from tritonbox_triton.engine.fused_ops import load as load_fused_ops
 from tritonbox_triton.engine.kv_batch import BatchedKVCache, prefilled_layers
@@ -60,7 +60,7 @@ def stock_greedy(checkpoint: Path, prompt: list[int], tokens: int) -> tuple[list
     "dtype",
     [
         pytest.param(torch.float32, id="float32"),
-        pytest.param(torch.bfloat16, id="bfloat16", marks=needs_native_bf16),
+        pytest.param(torch.bfloat16, id="bfloat16", marks=needs_bf16),
     ],
 )
 def test_the_step_is_written_out_and_answers_as_stock_transformers(
@@ -93,7 +93,7 @@ def test_the_step_is_written_out_and_answers_as_stock_transformers(
     assert clear, "no prompt had a clear first token: the check compared nothing"
 
 
-@needs_native_bf16  # elsewhere the engine declines the step in bfloat16 (family.py)
+@needs_bf16  # elsewhere the engine declines the step in bfloat16 (family.py)
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "pytorch"])
 def test_the_bfloat16_step_and_prefill_are_the_models_forward_bit_for_bit(
     checkpoint: Path, fused: bool
@@ -103,11 +103,18 @@ def test_the_bfloat16_step_and_prefill_are_the_models_forward_bit_for_bit(
     PyTorch's operations throughout, against the forward of the model as the engine loads it.
     Rows shorter than the windows: the forward is given the batch's mask as it is."""
     model = load_model(checkpoint, torch.bfloat16)
+    family = families.of(model)
+    windowed = any(family.windows) and family.attention_softcap is None
+    if windowed and model_kernel(model) is None:
+        # The forward here is given the batch's padded columns (16, past the window of 8) and
+        # so attends through windowed.py, where the step, as the engine's reference generate()
+        # does, decides by the rows' own lengths (within the window: PyTorch's attention).
+        # The compiled attention (AVX-512) applies windows itself, so only it can be compared so.
+        pytest.skip("windows without a cap need the compiled attention for this comparison")
     ops = load_fused_ops() if fused else None
     step = DecodeStep(model, ops)
     if fused:
         assert ops is not None, "no fused ops on this machine: fused_ops.py's log says why"
-        family = families.of(model)
         assert (step.qk_fused is not None) == family.qk_norm, step.describe()
         assert (step.fused is ops) == (not family.qk_norm), step.describe()
         assert "norms" in step.fused_stages() and step.act_ops is ops, step.describe()

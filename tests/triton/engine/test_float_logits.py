@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from tritonbox_triton.engine import fused_ops
+from tritonbox_triton.engine import fused_ops, linear_kernel
 from tritonbox_triton.engine.float_logits import KERNELS, Float32Logits
 
 
@@ -93,3 +93,19 @@ def test_a_bias_is_added_in_float32(library: object) -> None:
     expected = exact(linear, x) + linear.bias.double()
     got = Float32Logits(linear, library)(x)  # type: ignore[arg-type]
     assert torch.allclose(got.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8, 17])
+def test_the_avx2_products_sum_the_weight_as_it_is(tmp_path: Path, rows: int) -> None:
+    """Where the CPU has AVX2 and no native bfloat16 (linear_kernel.py): no float32 copy."""
+    products = linear_kernel.load(tmp_path)
+    if products is None:
+        pytest.skip("no AVX2 products here")
+    linear = head(4096, 576)
+    logits = Float32Logits(linear, None, products=products)
+    assert logits.how == "bfloat16 weights, float32 sums (AVX2)"
+    x = torch.randn(rows, 576, generator=torch.Generator().manual_seed(rows)).bfloat16()
+    got = logits(x)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got.double(), exact(linear, x), rtol=1e-5, atol=1e-4)
+    assert torch.equal(logits(x[:1]), got[:1])

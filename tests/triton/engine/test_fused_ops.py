@@ -10,15 +10,16 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from tritonbox_testing.hardware import needs_native_bf16
+from tritonbox_testing.hardware import needs_bf16
 
-from tritonbox_triton.engine import fused_ops
+from tritonbox_triton.engine import fused_build, fused_ops
 from tritonbox_triton.engine.decode_step import DecodeStep
 from tritonbox_triton.engine.fused_ops import LANES, FusedOps, rms_norm, rotary, swiglu
 
 
 def _fresh(directory: Path) -> FusedOps | None:
-    fused_ops.load.cache_clear()  # as a restarted engine would
+    fused_ops.load.cache_clear()  # as a restarted engine would: a new process remembers
+    fused_build.BUILT.clear()  # neither the loaded ops nor what building the library did
     return fused_ops.load(directory)
 
 
@@ -26,6 +27,8 @@ def test_built_once_into_its_folder_and_loaded_from_it_after(tmp_path: Path) -> 
     ops = _fresh(tmp_path)
     assert ops is not None and ops.lanes in LANES
     assert ops.built.startswith("compiled in ") and str(tmp_path) in ops.built
+    # Opened again by this process (the engine's dtype check, then its step): what this start did.
+    assert fused_build.build_library(tmp_path)[1] == ops.built
     (library,) = tmp_path.glob("fused_ops-*.so")
     built = library.stat().st_mtime_ns
     again = _fresh(tmp_path)
@@ -43,7 +46,7 @@ def test_no_compiler_leaves_pytorchs_operations(
     assert "no C compiler" in caplog.text
 
 
-@needs_native_bf16  # bfloat16 stages; the model is float32 elsewhere
+@needs_bf16  # bfloat16 stages; the model is float32 elsewhere
 def test_the_stages_give_pytorchs_bits_for_the_model(model: Any) -> None:
     ops = fused_ops.load()
     assert ops is not None
@@ -88,7 +91,7 @@ def test_silu_gives_pytorchs_bits_on_every_path(threads: int) -> None:
         torch.set_num_threads(before)
 
 
-@needs_native_bf16  # bfloat16 stages; the model is float32 elsewhere
+@needs_bf16  # bfloat16 stages; the model is float32 elsewhere
 def test_a_silu_table_off_in_one_value_is_caught(model: Any) -> None:
     """The check can fail: with one value's SiLU in the table off by its last bit."""
     ops = fused_ops.load()

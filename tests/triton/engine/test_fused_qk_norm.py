@@ -13,7 +13,7 @@ from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 from tritonbox_testing.families import build
-from tritonbox_testing.hardware import needs_native_bf16
+from tritonbox_testing.hardware import needs_bf16
 
 from tritonbox_triton.engine.attention import load_model
 from tritonbox_triton.engine.decode_step import DecodeStep
@@ -91,7 +91,7 @@ def test_the_pass_is_transformers_norms_and_rope_bit_for_bit(
         torch.set_num_threads(before)
 
 
-@needs_native_bf16  # elsewhere the step declines bfloat16 (family.py)
+@needs_bf16  # elsewhere the step declines bfloat16 (family.py)
 @pytest.mark.parametrize("family", ["qwen3", "gemma3_text"])
 def test_a_pass_off_in_one_weight_is_refused(
     family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture

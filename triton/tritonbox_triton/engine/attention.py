@@ -29,7 +29,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers import AutoModelForCausalLM as Auto
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from . import fused_ops, windowed
+from . import fused_ops, linear_kernel, windowed
 from .attention_kernel import AttentionKernel, DecodeRows, attention_kernel
 from .float_logits import Float32Logits
 
@@ -236,7 +236,9 @@ def load_model(
     dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // heads
     ops = fused_ops.load(kernel_dir)
     kernel = attention_kernel(ops, dtype, kv_heads, heads // kv_heads, dim)
-    model.lm_head = Float32Logits(model.lm_head, None if ops is None else ops.library)
+    products = linear_kernel.load(kernel_dir) if dtype == torch.bfloat16 else None
+    library = None if ops is None else ops.library
+    model.lm_head = Float32Logits(model.lm_head, library, products=products)
     for module in model.modules():
         if type(module).__name__.endswith("Attention"):
             setattr(module, KERNEL, kernel)

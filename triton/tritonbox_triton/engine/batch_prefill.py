@@ -150,7 +150,7 @@ class BatchPrefill:
 
     def _fillable(self, request: EngineRequest) -> bool:
         shareable = prefill.shareable(request.params, request.lora is not None)
-        return shareable and self.fast_step is not None
+        return shareable and self.fast_step is not None and self.fast_step.fills_exact
 
     def _fills(self, request: EngineRequest, busy: bool) -> bool:
         """Whether `request` is prefilled in chunks beside streams or from a cached prefix."""

@@ -81,6 +81,15 @@ class DecodeStep(ChunkStages):
         cap = self.family.logits_softcap
         return logits if cap is None else torch.tanh(logits / cap) * cap
 
+    @property
+    def fills_exact(self) -> bool:
+        """Whether a prompt prefilled in chunks (beside running streams, or after a cached
+        prefix: filling.py) gets its one pass's bits. A chunk attends through the compiled
+        attention, alike, or else through windowed.py in float32, whose result a float32
+        engine keeps within 1e-4 of PyTorch's attention but a bfloat16 one rounds otherwise
+        (seen on an AVX2 CPU: logits up to 0.1 apart). There prompts are prefilled whole."""
+        return self._attention_kernel is not None or self._embed.dtype == torch.float32
+
     def exact_for(self, prompt_tokens: int) -> bool:
         """Whether `prefill` of a prompt's twin rows is the model forward's bit for bit: its
         products of 2 × `prompt_tokens` rows round as the plain ones do (checked once per row
@@ -201,13 +210,29 @@ class DecodeStep(ChunkStages):
                 attended = windowed.attend(query, key, value, allowed, layer.scaling, softcap)
                 attended = attended.transpose(1, 2).reshape(rows, length, heads * dim)
             else:
-                # A lone prompt's attention runs on twins, as the reference's, where it is
-                # PyTorch's: its fused kernel picks its path by batch size and threads (packed
-                # products from 64 tokens on). The compiled one gives a row its own bits alone.
-                q, k, v = (query, key, value)
-                if rows == 1:
-                    q, k, v = (t.expand(2, -1, -1, -1) for t in (query, key, value))
-                attended = prefill_attention(q, k, v, layer.scaling)[:rows]
+                attended = _own_attention(query, key, value, layer.scaling, ends + 1)
             hidden, x = self.after_attention(layer, hidden, attended, norm)
         last = x[torch.arange(rows), ends]  # the final norm is per position
         return self._logits(last), own_layers(cached, prompts)
+
+
+def _own_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float,
+                   lengths: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """PyTorch's causal attention for each right-padded prompt over its own length, as twins
+    (the reference generate()'s lone prompt): its fused kernel picks its path by batch size,
+    length and threads, so a prompt attended beside longer ones would round otherwise (seen in
+    bfloat16 on an AVX2 CPU: a burst's shared pass answered one token differently). The
+    compiled attention gives a row its own bits in any batch. Padded positions are left zero:
+    nothing reads them. [rows, longest, heads × dim]."""
+    rows, heads, longest, dim = query.shape
+
+    def twins(row: int, length: int) -> torch.Tensor:
+        q, k, v = (t[row : row + 1, :, :length].expand(2, -1, -1, -1) for t in (query, key, value))
+        return prefill_attention(q, k, v, scaling)[0]
+
+    if rows == 1:
+        return twins(0, longest)[None]
+    out = query.new_zeros(rows, longest, heads * dim)
+    for row, length in enumerate(lengths.tolist()):
+        out[row, :length] = twins(row, length)
+    return out

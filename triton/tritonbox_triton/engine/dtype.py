@@ -1,9 +1,11 @@
-"""The engine's number format: bfloat16 where the CPU computes it natively, float32 elsewhere.
+"""The engine's number format: bfloat16 where the CPU computes it natively or linear_kernel.py's
+products run (AVX2), float32 elsewhere.
 
 At 135M parameters a decode step mostly streams weights through the cores, so halving their size
 halves the step (measured: 16 rows 70 → 37 ms, one row 40 → 20 ms on 2 AVX512-BF16 cores).
-Without native bf16 instructions PyTorch emulates it, which is slower than float32: there the
-engine stays in float32.
+Without native bf16 instructions PyTorch's own bfloat16 products are slower than float32; on an
+AVX2 CPU linear_kernel.py computes the same sums faster than float32, so bfloat16 is taken there
+too, and float32 only where neither runs.
 """
 
 from __future__ import annotations
@@ -27,16 +29,22 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset(line.partition(":")[2].split())
 
 
-def engine_dtype(setting: str, flags: frozenset[str] | None = None) -> torch.dtype:
-    """CPU_DTYPE (`auto`, `bfloat16` or `float32`) as the dtype the engine runs in."""
+def engine_dtype(
+    setting: str, flags: frozenset[str] | None = None, kernel_dir: Path | None = None
+) -> torch.dtype:
+    """CPU_DTYPE (`auto`, `bfloat16` or `float32`) as the dtype the engine runs in; `auto` on a
+    CPU without native bfloat16 builds linear_kernel.py's products into `kernel_dir` to know."""
     if setting == "float32":
         return torch.float32
     if setting == "bfloat16":
         return torch.bfloat16
     if setting != "auto":
         raise ValueError(f"cpu_dtype must be auto, bfloat16 or float32, not {setting!r}")
-    native = NATIVE_BF16_FLAGS & (cpu_flags() if flags is None else flags)
-    return torch.bfloat16 if native else torch.float32
+    if NATIVE_BF16_FLAGS & (cpu_flags() if flags is None else flags):
+        return torch.bfloat16
+    from . import linear_kernel  # it imports this module
+
+    return torch.float32 if linear_kernel.load(kernel_dir) is None else torch.bfloat16
 
 
 def describe(setting: str, dtype: torch.dtype) -> str:
@@ -45,4 +53,8 @@ def describe(setting: str, dtype: torch.dtype) -> str:
     if setting != "auto":
         return f"{name} (CPU_DTYPE={setting})"
     found = sorted(NATIVE_BF16_FLAGS & cpu_flags())
-    return f"{name} (auto: {'CPU has ' + ', '.join(found) if found else 'no native bf16'})"
+    if found:
+        return f"{name} (auto: CPU has {', '.join(found)})"
+    if dtype == torch.bfloat16:
+        return f"{name} (auto: no native bf16; AVX2 products with PyTorch's sums)"
+    return f"{name} (auto: no native bf16)"

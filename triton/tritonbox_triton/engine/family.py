@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from . import linear_kernel
 from .dtype import NATIVE_BF16_FLAGS, cpu_flags
 
 LLAMA_NORMS = frozenset({"llama", "mistral", "qwen2", "qwen3"})
@@ -34,10 +35,11 @@ def unsupported(model: Any) -> str | None:
     """Why this model's decode step cannot be written out here, or None when it can."""
     config = model.config
     kind = config.model_type
-    if model.dtype == torch.bfloat16 and not NATIVE_BF16_FLAGS & cpu_flags():
-        # PyTorch emulates bfloat16 here, and the prepacked products round otherwise than the
-        # forward's: the step would not give the forward's bits (CPU_DTYPE=auto is float32 here).
-        return "bfloat16 on a CPU without native bfloat16 (CPU_DTYPE=auto runs float32 here)"
+    native = NATIVE_BF16_FLAGS & cpu_flags()
+    if model.dtype == torch.bfloat16 and not native and linear_kernel.current() is None:
+        # PyTorch emulates bfloat16 here, and oneDNN's prepacked products round otherwise than
+        # the forward's: without linear_kernel.py's products the step would not give its bits.
+        return "bfloat16 on a CPU without native bfloat16 or AVX2 (CPU_DTYPE=auto: float32 here)"
     if kind not in LLAMA_NORMS | GEMMA_NORMS:
         known = ", ".join(sorted(LLAMA_NORMS | GEMMA_NORMS))
         return f"model_type {kind!r} (the step knows {known})"

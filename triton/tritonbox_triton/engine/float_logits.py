@@ -9,9 +9,10 @@ order of the sums: that is what the engine chooses tokens and reports log-probs 
 
 The weight stays in bfloat16, packed once into the C kernels' layout (logits_kernel.c; the same
 bytes): AMX tile products where the CPU has AMX, at the cost of oneDNN's bfloat16 product, else
-AVX512-BF16 dot products (slower from 8 rows on). Without either, a float32 copy of the weight
-is multiplied by MKL: correct, with the copy's memory and a slower product, and the log says
-so. A float32 model's head is `F.linear` on its own weight, as transformers runs it.
+AVX512-BF16 dot products (slower from 8 rows on), else linear_kernel.py's AVX2 sums on the
+weight as it is. Without any, a float32 copy of the weight is multiplied by MKL: correct, with
+the copy's memory and a slower product, and the log says so. A float32 model's head is
+`F.linear` on its own weight, as transformers runs it.
 docs/cpu-engine.md has what each costs per step.
 """
 
@@ -24,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .linear_kernel import Products
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class Float32Logits(nn.Module):
         head: nn.Linear,
         library: ctypes.CDLL | None,
         kernels: tuple[tuple[str, int, str], ...] = KERNELS,  # the first that runs is taken
+        products: Products | None = None,
     ) -> None:
         super().__init__()
         self.weight = head.weight  # the model's own (tied to the embeddings where it is)
@@ -62,6 +66,7 @@ class Float32Logits(nn.Module):
         self._rows_multiple = 1
         self._packed: torch.Tensor | None = None
         self._weight32: torch.Tensor | None = None
+        self._products: Products | None = None
         if self.weight.dtype == torch.float32:
             return
         if library is not None and self.weight.dtype == torch.bfloat16:
@@ -76,6 +81,9 @@ class Float32Logits(nn.Module):
                     self.how = how
                     return
             self._kernel = self._packed = None
+        if products is not None and self.weight.dtype == torch.bfloat16:
+            self._products, self.how = products, "bfloat16 weights, float32 sums (AVX2)"
+            return
         self._weight32 = self.weight.detach().float()
         self.how = "a float32 copy of the bfloat16 weights (no AMX or AVX512-BF16 kernel here)"
         log.warning("logits: %s, %d MB more memory", self.how, self._weight32.nbytes >> 20)
@@ -97,6 +105,8 @@ class Float32Logits(nn.Module):
         if self._kernel is not None:
             logits = self._run(flat)
             assert logits is not None  # it ran at start
+        elif self._products is not None:
+            logits = self._products.sums(flat, self.weight)
         else:
             weight = self.weight if self._weight32 is None else self._weight32
             logits = F.linear(flat.float(), weight)

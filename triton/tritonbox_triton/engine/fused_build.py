@@ -1,5 +1,5 @@
-"""Building the engine's C library (fused_ops.c, attention_kernel.c) for this machine, and finding
-what it links with in this process.
+"""Building the engine's C library (fused_ops.c, attention_kernel.c, logits_kernel.c,
+linear_kernel.c) for this machine, and loading it into this process.
 
 The library is compiled for this machine (`-march=native`) into a cache folder, named by a hash
 of its source, flags and CPU, so a restart loads it in milliseconds; a cold compile takes about
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 SOURCES = tuple(
     Path(__file__).with_name(name)
-    for name in ("fused_ops.c", "attention_kernel.c", "logits_kernel.c")
+    for name in ("fused_ops.c", "attention_kernel.c", "logits_kernel.c", "linear_kernel.c")
 )
 HEADERS = (Path(__file__).with_name("bf16.h"),)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
@@ -40,9 +40,16 @@ def default_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tritonbox/kernels"
 
 
+# What building each library did in this process: the engine opens it more than once at start
+# (linear_kernel.py for the dtype, then fused_ops.py), and the ready line should say whether this
+# start compiled it, not that the second opening found it.
+BUILT: dict[Path, str] = {}
+
+
 def build_library(directory: Path) -> tuple[Path, str]:
     """The compiled library in `directory`, compiled there first unless a build of this source
-    with these flags for this CPU already is; and which of the two happened, in words."""
+    with these flags for this CPU already is; and which of the two happened at its first
+    opening in this process, in words."""
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
         raise FileNotFoundError("no C compiler (cc) on PATH")
@@ -51,7 +58,7 @@ def build_library(directory: Path) -> tuple[Path, str]:
                                      " ".join(sorted(cpu_flags())).encode()]))  # fmt: skip
     library = directory / f"fused_ops-{key.hexdigest()[:16]}.so"
     if library.exists():
-        return library, f"cached in {directory}"
+        return library, BUILT.setdefault(library, f"cached in {directory}")
     directory.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=directory) as scratch:  # no half-written library
@@ -61,6 +68,22 @@ def build_library(directory: Path) -> tuple[Path, str]:
         os.replace(output, library)
     built = f"compiled in {time.monotonic() - started:.1f} s (cold), cached in {directory}"
     log.info("fused ops: %s", built)
+    BUILT[library] = built
+    return library, built
+
+
+def open_library(directory: Path | None = None) -> tuple[ctypes.CDLL, str]:
+    """The library built into `directory` (default: the user's cache), loaded, and how it came
+    to be (`build_library`). Raises OSError where it cannot be built or loaded, or where loading
+    it brought a second OpenMP runtime (a second team of workers: more threads than cores)."""
+    try:
+        path, built = build_library(directory or default_dir())
+    except subprocess.CalledProcessError as error:
+        raise OSError(error.stderr or str(error)) from error
+    libgomp = libgomp_paths()
+    library = ctypes.CDLL(str(path))
+    if libgomp_paths() != libgomp:
+        raise OSError("loading it brought another libgomp")
     return library, built
 
 

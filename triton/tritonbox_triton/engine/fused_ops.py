@@ -24,7 +24,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import rotate_half
 
-from .fused_build import build_library, default_dir, libgomp_paths
+from .fused_build import open_library
 from .fused_build import vector_exp as fused_vector_exp
 
 log = logging.getLogger(__name__)
@@ -231,16 +230,9 @@ def load(directory: Path | None = None) -> FusedOps | None:
     """The fused stages, built into `directory` (default: the user's cache), or None where
     they cannot be built or do not sum as ATen does (logged)."""
     try:
-        path, built = build_library(directory or default_dir())
-        libgomp = libgomp_paths()
-        library = ctypes.CDLL(str(path))
-    except (OSError, subprocess.CalledProcessError) as error:
-        detail = getattr(error, "stderr", "") or error
-        log.warning("fused ops unavailable (%s): the step runs PyTorch's operations", detail)
-        return None
-    if libgomp_paths() != libgomp:
-        # A second OpenMP runtime would keep a second team of workers: more threads than cores.
-        log.warning("fused ops: loading them brought another libgomp; PyTorch's operations")
+        library, built = open_library(directory)
+    except OSError as error:
+        log.warning("fused ops unavailable (%s): the step runs PyTorch's operations", error)
         return None
     # The width of ATen's sums: this machine's kernels' (AVX-512 ones were seen summing 8 wide).
     candidates = (FusedOps(library, lanes, built, fused_vector_exp()) for lanes in LANES)

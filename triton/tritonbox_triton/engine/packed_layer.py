@@ -10,6 +10,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import linear_kernel
+
 Linear = Callable[[torch.Tensor], torch.Tensor]
 TRIES = 6  # inputs `PackedLayer.agrees_with_plain` tries per row count
 
@@ -20,9 +22,14 @@ def _base(module: Any) -> Any:
 
 
 def packed_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
-    """`x ↦ F.linear(x, weight, bias)` with the weight reordered once (bfloat16), else
-    `F.linear`."""
-    if weight.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+    """`x ↦ F.linear(x, weight, bias)` with the weight reordered once (bfloat16), by
+    linear_kernel.py's products where the CPU has no native bfloat16, else `F.linear`."""
+    if weight.dtype != torch.bfloat16:
+        return lambda x: F.linear(x, weight, bias)
+    products = linear_kernel.current()
+    if products is not None:
+        return products.linear(weight, bias)
+    if not torch.backends.mkldnn.is_available():
         return lambda x: F.linear(x, weight, bias)
     packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
     pointwise = torch.ops.mkldnn._linear_pointwise

@@ -130,6 +130,8 @@ class RunningBatch(BatchPrefill):
         ]
         self.kv.add_prefilled(*(layers[i] for i in going))
         self.running.extend(runs[i] for i in going)
+        if self.fast_step is None or not self.fast_step.fills_exact:
+            return  # nothing would read a cached prefix (batch_prefill.py)
         for request, own in zip(requests, layers, strict=True):
             if request.lora is None:  # an adapter's keys are not the model's own
                 self.prefixes.add(request.prompt, own)

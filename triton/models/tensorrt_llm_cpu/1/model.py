@@ -73,7 +73,7 @@ class TritonPythonModel:
         model_dir = params["model_dir"]
         self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
         dtype_setting = params.get("cpu_dtype", "auto")
-        dtype = engine_dtype(dtype_setting)
+        dtype = engine_dtype(dtype_setting, kernel_dir=Path(params["kernel_dir"]))
         # The engine's attention, compiled beside the fused ops where it checks out: attention.py
         model = load_model(model_dir, dtype, Path(params["kernel_dir"]))
         max_input_len, max_output_len = int(params["max_input_len"]), int(params["max_output_len"])
