@@ -59,11 +59,18 @@ EIGHT_STREAMS = [
     "that move is vLLM's, 213.9 → 185.0 tok/s within the quarter hour, so read the two as "
     "about even at 8 streams on this CPU.",
     "",
-    "**On a CPU without AVX-512** (*AVX2, float32*: an AMD EPYC with AVX2 only, 2 cores) the "
-    "engine runs float32 through MKL's products, without its compiled stages and attention, "
-    "and vLLM bfloat16 through PyTorch's: there TritonBox is half vLLM's speed at one stream "
-    "(TPOT 103 against 42 ms) and 1.4× at eight. docs/cpu-engine.md (known limits) says where "
-    "that step's time goes and what would close the gap; vLLM in float32 was not measured there.",
+    "**On a CPU without AVX-512** (an AMD EPYC with AVX2 only, 2 cores). In the *AVX2, "
+    "float32* rows (2026-12-02) the engine ran float32 through MKL's products: half vLLM's "
+    "speed at one stream (TPOT 103 against 42 ms), 1.4× at eight. In the *AVX2, bfloat16* rows "
+    "(2026-12-03) it runs bfloat16 through its own AVX2 products, which give PyTorch's bits "
+    'with a tile of rows sharing each weight load (docs/cpu-engine.md, "The step"); vLLM '
+    "runs bfloat16 through PyTorch's product, which reads the weights once per row. At one "
+    "stream random Qwen3 is about even (its first token sooner, its later tokens ~13% slower: "
+    "the twin rows of a lone sequence and PyTorch's attention and operations between the "
+    "products) and the Gemma 3 270M package 0.84× (TPOT 79 against 61 ms: its float32 head "
+    "over 262,144 × 640 bfloat16 weights, read twice a token's worth of bytes of SmolLM2's "
+    "layers); at eight streams TritonBox makes 2.2–2.3× vLLM's tokens. An earlier run of "
+    "random Qwen3 the same hour, its kernel file changed during the run, gave 0.87 / 2.59×.",
 ]
 
 
