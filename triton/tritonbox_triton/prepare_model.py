@@ -3,7 +3,9 @@
 The result is a standard Hugging Face checkpoint (safetensors in float32, config, tokenizer, and
 the chat template when the GGUF carries `tokenizer.chat_template`) that the cpu engine, the
 tokenizer steps and `generate()` all load the same way. It is built once; a marker file written
-last makes an interrupted run start over instead of leaving half a model.
+last makes an interrupted run start over instead of leaving half a model. Each run builds in a
+staging folder of its own, so two processes preparing the same folder at once (two test
+sessions, two containers on one cache volume) cannot mix their files: the first to finish wins.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib.util
 import json
 import logging
 import shutil
+import tempfile
 from pathlib import Path
 
 from tqdm import tqdm
@@ -88,9 +91,9 @@ def prepare_gguf(source: Path, model_dir: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    staging = model_dir.with_name(model_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}.", dir=model_dir.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the model is read by other users too
 
     steps = tqdm(total=4, desc=f"preparing {model_dir.name}", unit="step")
     steps.set_postfix_str("tokenizer")
@@ -117,7 +120,10 @@ def prepare_gguf(source: Path, model_dir: Path) -> Path:
     steps.update()
     steps.close()
 
-    shutil.rmtree(model_dir, ignore_errors=True)
+    if is_prepared(model_dir):  # another process finished first: keep its copy
+        shutil.rmtree(staging, ignore_errors=True)
+        return model_dir
+    shutil.rmtree(model_dir, ignore_errors=True)  # an interrupted run's, without the marker
     staging.rename(model_dir)
     log.info("prepared %s at %s", source.name, model_dir)
     if not has_chat_template(model_dir):
