@@ -33,6 +33,7 @@ from transformers.models.llama.modeling_llama import rotate_half
 
 from .fused_build import open_library
 from .fused_build import vector_exp as fused_vector_exp
+from .probe import probe_input
 
 log = logging.getLogger(__name__)
 
@@ -219,10 +220,7 @@ def _table(activation: Activation) -> torch.Tensor:
 
 
 def _random(shape: tuple[int, int], attempt: int, generator: torch.Generator) -> torch.Tensor:
-    x = torch.randn(shape, generator=generator)
-    if attempt % 2:
-        x = x * torch.exp2(torch.randint(-8, 9, shape, generator=generator).float())
-    return x.to(torch.bfloat16)
+    return probe_input(shape, generator, spread=bool(attempt % 2))
 
 
 @functools.cache

@@ -7,8 +7,9 @@ same order, sharing each weight load among a tile of rows and outputs: the model
 bits at about 3× the speed of float32 at 2 rows and 2× at 8 (docs/cpu-engine.md). That makes
 bfloat16 the faster number format on such CPUs (dtype.py): half the bytes per step.
 
-`load` gives the products only where they are needed and hold: no native bfloat16 (elsewhere
-oneDNN computes PyTorch's bfloat16 products, in another order), AVX2 with FMA, the library
+`load` gives the products only where they are needed and hold: no native bfloat16 (there
+oneDNN computes PyTorch's bfloat16 products, in another order, as it does on AVX-512 without
+bfloat16, where the check below refuses them), AVX2 with FMA, the library
 built, and its results equal to `F.linear`'s on random inputs of several shapes and row counts
 (with magnitudes spread over 2^±8, where another order shows most). The head's float32 sums
 (float_logits.py) come from the same kernel, unrounded.
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 
 from .dtype import NATIVE_BF16_FLAGS, cpu_flags
 from .fused_build import open_library
+from .probe import probe_input
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +90,7 @@ class Products:
             weight = torch.randn(outputs, inner, generator=generator).bfloat16()
             bias = torch.randn(outputs, generator=generator).bfloat16()
             for rows in CHECK_ROWS:
-                x = torch.randn(rows, inner, generator=generator)
-                spread = torch.exp2(torch.randint(-8, 9, x.shape, generator=generator).float())
-                x = (x * spread).bfloat16()
+                x = probe_input((rows, inner), generator)
                 for b in (None, bias):
                     if not torch.equal(self.linear(weight, b)(x), F.linear(x, weight, b)):
                         return False
@@ -125,7 +125,7 @@ def load(directory: Path | None = None) -> Products | None:
         log.warning("bfloat16 products: not compiled for this CPU")
         return None
     if not products.agree():
-        log.warning("bfloat16 products: PyTorch sums in another order here")
+        log.warning("bfloat16 products: PyTorch sums in another order here (oneDNN's?)")
         return None
     _loaded.append(products)
     return products

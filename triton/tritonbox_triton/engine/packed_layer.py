@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from . import linear_kernel
+from .probe import probe_input
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
 TRIES = 6  # inputs `PackedLayer.agrees_with_plain` tries per row count
@@ -74,18 +75,14 @@ class PackedLayer:
     def agrees_with_plain(self, rows: int, copies: int = 1) -> bool:
         """Whether each prepacked product of `rows` rows has the bits of the model's own
         `F.linear`s (q, k and v apart, gate and up apart) over `copies` copies of those rows.
-        The order of a kernel's sums depends on the shapes (and threads), not on the values,
-        but two orders round alike on most inputs: one random try said yes where a real
-        prompt's bits differed. So it is tried on `TRIES` inputs, half with magnitudes spread
-        over 2^±8, where another order shows most; one difference answers no."""
+        Tried on `TRIES` inputs, half with magnitudes spread (probe.py says why); one
+        difference answers no."""
         for attempt in range(TRIES):
             generator = torch.Generator().manual_seed(rows * TRIES + attempt)
             products = (self.qkv, self.o, self.gate_up, self.down)
             for packed, plain in zip(products, self.plain, strict=True):
-                x = torch.randn(rows, plain[0].weight.shape[1], generator=generator)
-                if attempt % 2:
-                    x = x * torch.exp2(torch.randint(-8, 9, x.shape, generator=generator).float())
-                x = x.to(plain[0].weight.dtype)
+                shape, dtype = (rows, plain[0].weight.shape[1]), plain[0].weight.dtype
+                x = probe_input(shape, generator, spread=bool(attempt % 2), dtype=dtype)
                 copied = torch.cat([x] * copies)
                 expected = torch.cat(
                     [F.linear(copied, linear.weight, linear.bias) for linear in plain], dim=-1
