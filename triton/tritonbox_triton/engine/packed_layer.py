@@ -4,16 +4,15 @@ the check that a prepacked product rounds as the model's own `F.linear`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from . import linear_kernel
+from .linear_kernel import Linear
 from .probe import probe_input
 
-Linear = Callable[[torch.Tensor], torch.Tensor]
 TRIES = 6  # inputs `PackedLayer.agrees_with_plain` tries per row count
 
 
