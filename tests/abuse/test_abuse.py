@@ -37,12 +37,15 @@ API_GROWTH_MAX = 128 * MIB
 # The engine's process group (tritonserver and three Python-backend stubs, each with torch; the
 # default model in float32; beside the cpu engine's stub, the fork server and the two workers
 # that try guides, engine/guide_process.py: about 0.7 GiB counted, most of it pages they share)
-# is about 2.5 GiB. The heaviest request let through is `echo` with log-probs of a prompt at the
-# stack's ECHO_MAX_PROMPT_TOKENS (384): the prefill's activations and a chunk of logits at a
-# time. The whole prompt's float32 logits and their log-softmax would be 384 positions x 49,152
-# x 4 bytes x 2, twice over for the prefill's twin row: ~300 MiB, over this bound. A slow
-# guide's trial process is killed at its time limit (engine/guide_pool.py).
-ENGINE_RSS_MAX = 3072 * MIB
+# is about 2.5 GiB on an AVX2 machine and 2.9-3.0 GiB at rest on an Intel Xeon with AVX-512
+# and no bf16 (2026-12-03; the engine's stub 1.4 GiB of it; the code of 3646047 the same: why
+# that CPU costs more was not traced). The heaviest request let through is `echo` with
+# log-probs of a prompt at the stack's ECHO_MAX_PROMPT_TOKENS (384): the prefill's activations
+# and a chunk of logits at a time. The whole prompt's float32 logits and their log-softmax would
+# be 384 positions x 49,152 x 4 bytes x 2, twice over for the prefill's twin row: ~300 MiB, over
+# the growth bound. A slow guide's trial process is killed at its time limit
+# (engine/guide_pool.py).
+ENGINE_RSS_MAX = 3584 * MIB
 ENGINE_GROWTH_MAX = 256 * MIB
 
 

@@ -228,9 +228,8 @@ AttentionMaskInterface.register(ATTENTION, functools.partial(sdpa_mask, allow_is
 def load_model(
     model_dir: Path | str, dtype: torch.dtype, kernel_dir: Path | None = None
 ) -> PreTrainedModel:
-    """The checkpoint as the engine runs it: `dtype` weights, this attention (with the compiled
-    attention built into `kernel_dir` where it checks out, fused_build.py), float32 logits
-    (float_logits.py), eval mode."""
+    """The checkpoint as the engine runs it: `dtype` weights, this attention (compiled into
+    `kernel_dir` where it checks out), float32 logits (float_logits.py), eval mode."""
     model = Auto.from_pretrained(model_dir, dtype=dtype, attn_implementation=ATTENTION).eval()
     heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
     dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // heads
