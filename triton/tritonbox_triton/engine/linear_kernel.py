@@ -98,14 +98,12 @@ class Products:
 
 
 def current() -> Products | None:
-    """The products this process loaded first (the library is the same in every folder), or
-    those of the default folder."""
-    for products in _loaded:
-        return products
-    return load()
+    """What `load` settled first in this process (the library is the same in every folder, so
+    products refused in one are refused in all), else the default folder's."""
+    return _settled[0] if _settled else load()
 
 
-_loaded: list[Products] = []
+_settled: list[Products | None] = []  # each built library's verdict, in order
 
 
 @functools.cache
@@ -123,9 +121,10 @@ def load(directory: Path | None = None) -> Products | None:
     products = Products(library)
     if products._sums(None, 0, None, 0, 0, None, 1) != 0:
         log.warning("bfloat16 products: not compiled for this CPU")
-        return None
-    if not products.agree():
+        _settled.append(None)
+    elif not products.agree():
         log.warning("bfloat16 products: PyTorch sums in another order here (oneDNN's?)")
-        return None
-    _loaded.append(products)
-    return products
+        _settled.append(None)
+    else:
+        _settled.append(products)
+    return _settled[-1]
