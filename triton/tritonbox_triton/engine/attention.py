@@ -29,9 +29,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers import AutoModelForCausalLM as Auto
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from . import fused_ops, linear_kernel, windowed
+from . import fused_ops, packed_layer, windowed
 from .attention_kernel import AttentionKernel, DecodeRows, attention_kernel
-from .float_logits import Float32Logits
 
 log = logging.getLogger(__name__)
 
@@ -229,15 +228,13 @@ def load_model(
     model_dir: Path | str, dtype: torch.dtype, kernel_dir: Path | None = None
 ) -> PreTrainedModel:
     """The checkpoint as the engine runs it: `dtype` weights, this attention (compiled into
-    `kernel_dir` where it checks out), float32 logits (float_logits.py), eval mode."""
+    `kernel_dir` where it checks out), its products (packed_layer.attach_products), eval mode."""
     model = Auto.from_pretrained(model_dir, dtype=dtype, attn_implementation=ATTENTION).eval()
     heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
     dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // heads
     ops = fused_ops.load(kernel_dir)
     kernel = attention_kernel(ops, dtype, kv_heads, heads // kv_heads, dim)
-    products = linear_kernel.load(kernel_dir) if dtype == torch.bfloat16 else None
-    library = None if ops is None else ops.library
-    model.lm_head = Float32Logits(model.lm_head, library, products=products)
+    packed_layer.attach_products(model, None if ops is None else ops.library, kernel_dir)
     for module in model.modules():
         if type(module).__name__.endswith("Attention"):
             setattr(module, KERNEL, kernel)

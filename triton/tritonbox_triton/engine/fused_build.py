@@ -1,5 +1,5 @@
 """Building the engine's C library (fused_ops.c, attention_kernel.c, logits_kernel.c,
-linear_kernel.c) for this machine, and loading it into this process.
+linear_kernel.c, amx_linear.c) for this machine, and loading it into this process.
 
 The library is compiled for this machine (`-march=native`) into a cache folder, named by a hash
 of its source, flags and CPU, so a restart loads it in milliseconds; a cold compile takes about
@@ -28,7 +28,13 @@ log = logging.getLogger(__name__)
 
 SOURCES = tuple(
     Path(__file__).with_name(name)
-    for name in ("fused_ops.c", "attention_kernel.c", "logits_kernel.c", "linear_kernel.c")
+    for name in (
+        "fused_ops.c",
+        "attention_kernel.c",
+        "logits_kernel.c",
+        "linear_kernel.c",
+        "amx_linear.c",
+    )
 )
 HEADERS = (Path(__file__).with_name("bf16.h"),)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")

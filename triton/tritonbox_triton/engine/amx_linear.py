@@ -1,0 +1,180 @@
+"""bfloat16 products of a few rows by AMX tiles, for the decode step and the model's forward alike.
+
+On a CPU with AMX PyTorch's bfloat16 products are oneDNN's. At a decode step's few rows a product
+is bound by reading its weight, and oneDNN's prepacked products read SmolLM2-135M's layers at ~16
+GB/s on 2 Xeon cores where memory gives ~26; a step's products are most of its time
+(docs/cpu-engine.md). amx_linear.c reads them at ~21 GB/s: SmolLM2-135M's 30 layers 10.2
+against 12.3–12.8 ms at 2 and 16 rows, 16.4 against 16.8 at 64, alike at 128, slower from there
+(32 against 25 ms at 192), so it takes up to `ROWS` rows: a decode step, a step with a small
+chunk, a prompt of up to 64 tokens as twins.
+
+It sums in its own order, so it must be the model's forward's product too, or the engine's step
+would no longer be the forward bit for bit (cpu-engine.md, "Exactness"): `attach` (load_model)
+gives each decoder layer's projections the kernel for up to `ROWS` rows, `F.linear` beyond, and
+`PackedLayer` takes the same packed weights, oneDNN's prepacked product beyond (checked against
+`F.linear` per row count, as without AMX). Up to `ROWS` rows a row's bits depend on nothing
+beside it. The packed weights are a second copy of the layers' weights (SmolLM2-135M: 212 MB).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .dtype import cpu_flags
+from .float_logits import COLUMNS, pack
+from .fused_build import open_library
+from .linear_kernel import Linear
+from .probe import probe_input
+
+log = logging.getLogger(__name__)
+
+ROWS = 128  # the most rows the kernel takes (as fast as oneDNN's or faster up to here)
+ATTRIBUTE = "tb_amx"  # where `attach` leaves a projection's `Packed`
+_P, _L = ctypes.c_void_p, ctypes.c_long
+# (outputs, inner size) of the start-up check, and the row counts whose bits must agree
+CHECKS = ((40, 64), (36, 576), (20, 1536))
+CHECK_ROWS = (1, 2, 15, 16, 17, 33, 64, ROWS)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Projections' weights packed as one (amx_linear.c's layout); each member's outputs
+    start at `first` (a whole block of 16)."""
+
+    products: AmxProducts
+    weight: torch.Tensor  # [blocks, inner / 2, 16, 2]
+    first: int
+    outputs: int
+
+    def linear(self, bias: torch.Tensor | None, larger: Linear) -> Linear:
+        return self.products.linear(self, bias, larger)
+
+
+class AmxProducts:
+    """The compiled kernel (`library`'s `amx_linear`)."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self._kernel = library.amx_linear
+        self._kernel.argtypes = [_P, _L, _P, _L, _L, _P, _P, _L, ctypes.c_int]
+        self._kernel.restype = ctypes.c_int
+
+    def pack(self, weights: Sequence[torch.Tensor]) -> list[Packed]:
+        """Weights that read the same input packed as one where each but the last has whole
+        blocks of outputs, else one by one."""
+        if any(weight.shape[0] % 16 for weight in weights[:-1]):
+            return [packed for weight in weights for packed in self.pack([weight])]
+        joined = pack(torch.cat([weight.detach() for weight in weights]))
+        members, start = [], 0
+        for weight in weights:
+            members.append(Packed(self, joined, start, weight.shape[0]))
+            start += weight.shape[0]
+        return members
+
+    def joined(self, weights: Sequence[torch.Tensor]) -> Packed:
+        """`weights` packed as one product, whatever their blocks: an output's sums are the
+        same in whichever block and column of a tile it lies."""
+        weight = torch.cat([weight.detach() for weight in weights])
+        return Packed(self, pack(weight), 0, weight.shape[0])
+
+    def linear(self, packed: Packed, bias: torch.Tensor | None, larger: Linear) -> Linear:
+        """`x ↦ x · weightᵀ + bias` for bfloat16 `x` of any leading shape: the kernel's up to
+        `ROWS` rows, `larger`'s beyond."""
+        inner = packed.weight.shape[1] * 2
+        chunks, blocks = inner // COLUMNS, -(-packed.outputs // 16)
+        weight = packed.weight[packed.first // 16 :]
+        bias32 = None if bias is None else bias.detach().float().contiguous()
+
+        def linear(x: torch.Tensor) -> torch.Tensor:
+            rows = x.numel() // x.shape[-1]
+            if rows > ROWS or rows == 0:
+                return larger(x)
+            flat = F.pad(x.reshape(rows, -1), (0, inner - x.shape[-1], 0, -rows % 16))
+            flat = flat.contiguous()
+            out = torch.empty(flat.shape[0], packed.outputs, dtype=torch.bfloat16)
+            status = self._kernel(
+                flat.data_ptr(), flat.shape[0], weight.data_ptr(), blocks, chunks,
+                None if bias32 is None else bias32.data_ptr(), out.data_ptr(), packed.outputs,
+                torch.get_num_threads(),
+            )  # fmt: skip
+            assert status == 0, f"amx_linear: {status}"
+            return out[:rows].view(*x.shape[:-1], packed.outputs)
+
+        return linear
+
+    def agree(self) -> bool:
+        """Whether the kernel's products are within a rounding of float64's and a row's bits
+        the same at every row count in `CHECK_ROWS` (`CHECKS`, with and without a bias)."""
+        generator = torch.Generator().manual_seed(65)
+        for outputs, inner in CHECKS:
+            weight = torch.randn(outputs, inner, generator=generator).bfloat16()
+            bias = torch.randn(outputs, generator=generator).bfloat16()
+            for b in (None, bias):
+                linear = self.pack([weight])[0].linear(b, lambda x: x)
+                x = probe_input((ROWS, inner), generator)
+                full = linear(x)
+                exact = F.linear(x.double(), weight.double(), None if b is None else b.double())
+                if not torch.allclose(full.double(), exact, rtol=2**-7, atol=1e-3 * inner):
+                    return False
+                if not all(torch.equal(linear(x[:rows]), full[:rows]) for rows in CHECK_ROWS):
+                    return False
+        return True
+
+
+@functools.cache
+def load(directory: Path | None = None) -> AmxProducts | None:
+    """The kernel where the CPU has AMX and it checks out, built into `directory` (default:
+    the user's cache), else None (logged where the CPU has AMX)."""
+    if "amx_bf16" not in cpu_flags():
+        return None
+    try:
+        library, _ = open_library(directory)
+    except OSError as error:
+        log.warning("AMX products unavailable (%s)", error)
+        return None
+    products = AmxProducts(library)
+    probe = torch.zeros(16, 32, dtype=torch.bfloat16)
+    if products._kernel(probe.data_ptr(), 16, probe.data_ptr(), 0, 1, None, None, 0, 1) != 0:
+        log.warning("AMX products: not compiled in, or AMX not granted to this process")
+        return None
+    if not products.agree():
+        log.warning("AMX products: their check against float64 failed; oneDNN's kept")
+        return None
+    return products
+
+
+def attach(layers: Sequence[Sequence[Sequence[Any]]], products: AmxProducts) -> None:
+    """Give each projection (`layers`: per layer, groups of linear layers that read the same
+    input: packed_layer.groups) the kernel up to `ROWS` rows, leaving its `Packed` on it."""
+    for groups in layers:
+        for group in groups:
+            for linear, packed in zip(group, products.pack([m.weight for m in group]), strict=True):
+                setattr(linear, ATTRIBUTE, packed)
+                linear.forward = packed.linear(linear.bias, _plain(linear.weight, linear.bias))
+
+
+def _plain(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+    return lambda x: F.linear(x, weight, bias)
+
+
+def packed_of(linears: Sequence[Any]) -> Packed | None:
+    """`linears`' product as one, where `attach` gave them the kernel: the weight it packed
+    them into, or a joined copy where it packed them apart; else None."""
+    members = [getattr(linear, ATTRIBUTE, None) for linear in linears]
+    packed = [member for member in members if isinstance(member, Packed)]
+    if len(packed) < len(members):
+        return None
+    first, at = packed[0], packed[0].first
+    for member in packed:
+        if member.weight is not first.weight or member.first != at:
+            return first.products.joined([linear.weight for linear in linears])
+        at += member.outputs
+    return Packed(first.products, first.weight, first.first, at - first.first)
