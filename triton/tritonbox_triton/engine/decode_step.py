@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from . import windowed
+from . import amx_linear, windowed
 from .attention import DecodeAttention, model_kernel, prefill_attention
 from .chunk_stages import ChunkStages, last_rows
 from .family import unsupported
@@ -65,7 +65,8 @@ class DecodeStep(ChunkStages):
         """The start-up log line's words for how the step runs its attention and elementwise
         stages."""
         attention = "compiled" if self._attention_kernel else "PyTorch's"
-        head = f"{self.family.name} layers, {attention} decode attention"
+        products = f", AMX products up to {amx_linear.ROWS} rows" if self.layers[0].amx else ""
+        head = f"{self.family.name} layers{products}, {attention} decode attention"
         stages = self.fused_stages()
         if self._ops is None or not stages:
             return f"{head}, elementwise stages as PyTorch's operations"

@@ -74,9 +74,11 @@ class PackedLayer:
         self.q_norm, self.k_norm = _weight(attention, "q_norm"), _weight(attention, "k_norm")
         self.plain = groups(layer)
         qkv, _, gate_up, _ = self.plain
+        amx = [amx_linear.packed_of(linears) for linears in self.plain]
+        self.amx = all(amx)  # the model's projections take AMX products (amx_linear.py)
         self.qkv, self.o, self.gate_up, self.down = (  # one weight is packed as it is, not copied
-            packed_linear(*_joined(linears), amx=amx_linear.packed_of(linears))
-            for linears in self.plain
+            packed_linear(*_joined(linears), amx=packed)
+            for linears, packed in zip(self.plain, amx, strict=True)
         )
         self.qk_width = qkv[0].weight.shape[0] + qkv[1].weight.shape[0]
         self.intermediate = gate_up[0].weight.shape[0]  # gate_up's output: gate, then up
