@@ -8,19 +8,10 @@
    block's sums in a tile of their own: on 2 Xeon cores with AMX SmolLM2-135M's 30 layers took
    9.9–10.1 ms against oneDNN's prepacked 12.4–13.2 (the weights read at ~21 GB/s against
    ~16). More rows: two tiles of rows by two blocks. Software prefetch made no difference. */
+#include "amx.h"
 #include "bf16.h"
 
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-typedef struct {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
 
 /* One tile's float32 sums (16 rows × 16 outputs from `first`) plus the bias, rounded as
    c10::BFloat16 rounds, into `out`'s rows; outputs past the weight's are not stored. */
@@ -106,14 +97,11 @@ static inline void two_blocks(const bf16 *x, long stride, const bf16 *w, long ch
 int amx_linear(const bf16 *x, long rows, const bf16 *packed, long blocks, long chunks,
                const float *bias, bf16 *out, long outputs, int threads) {
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__)
-    if (rows % 16 || syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) return -1;
+    if (rows % 16 || !amx_granted()) return -1;
     long stride = 32 * chunks, groups = (blocks + 3) / 4;
 #pragma omp parallel num_threads(threads)
     {
-        tile_config config = {0};
-        config.palette_id = 1;
-        for (int t = 0; t < 8; ++t) config.rows[t] = 16, config.colsb[t] = 64;
-        _tile_loadconfig(&config);
+        amx_configure(8);
         float sums[4][256] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
         for (long g = 0; g < groups; ++g) {

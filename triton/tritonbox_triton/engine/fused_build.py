@@ -36,7 +36,7 @@ SOURCES = tuple(
         "amx_linear.c",
     )
 )
-HEADERS = (Path(__file__).with_name("bf16.h"),)
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("bf16.h", "amx.h"))
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 LIBRARIES = ("-lm",)  # after the source: a linker that drops unneeded libraries keeps them
 VECTOR_EXP = "Sleef_expf16_u10"  # what ATen's AVX-512 Vectorized<float>::exp() calls

@@ -9,6 +9,7 @@
    32 columns a step; the packed layout is AMX's B tile as it is), at the speed of oneDNN's own
    bfloat16 product. Each returns -1 where it was not compiled in or AMX is not granted
    (float_logits.py then tries the next, and at last keeps float32 weights). */
+#include "amx.h"
 #include "bf16.h"
 
 #if defined(__AVX512BF16__)
@@ -95,19 +96,6 @@ int bf16_logits(const bf16 *x, long rows, const bf16 *packed, long blocks, long 
 #endif
 }
 
-#if defined(__AMX_BF16__) && defined(__AMX_TILE__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-typedef struct {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-#endif
-
 /* out [rows, vocab] = x [rows, 32 × chunks] · weight^T with AMX tiles: `rows` a multiple of 16
    (the caller pads), `packed` [blocks][16 × chunks pairs][16][2]. Tile 0 holds a block's sums
    for 16 rows, tile 1 16 rows of x over 32 columns, tile 2 the weight's block over those
@@ -115,14 +103,11 @@ typedef struct {
 int amx_logits(const bf16 *x, long rows, const bf16 *packed, long blocks, long chunks,
                float *out, long vocab, int threads) {
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__)
-    if (rows % 16 || syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) return -1;
+    if (rows % 16 || !amx_granted()) return -1;
     long stride = 32 * chunks; /* x's row, in values */
 #pragma omp parallel num_threads(threads)
     {
-        tile_config config = {0};
-        config.palette_id = 1;
-        for (int t = 0; t < 3; ++t) config.rows[t] = 16, config.colsb[t] = 64;
-        _tile_loadconfig(&config);
+        amx_configure(3);
 #pragma omp for schedule(static)
         for (long b = 0; b < blocks; ++b) {
             const bf16 *w = packed + b * chunks * 512;
