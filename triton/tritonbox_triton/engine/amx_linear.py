@@ -1,19 +1,21 @@
-"""bfloat16 products of a few rows by AMX tiles, for the decode step and the model's forward alike.
+"""bfloat16 products by AMX tiles, at any row count, for the decode step and the model's forward
+alike.
 
 On a CPU with AMX PyTorch's bfloat16 products are oneDNN's. At a decode step's few rows a product
 is bound by reading its weight, and oneDNN's prepacked products read SmolLM2-135M's layers at ~16
 GB/s on 2 Xeon cores where memory gives ~26; a step's products are most of its time
-(docs/cpu-engine.md). amx_linear.c reads them at ~21 GB/s: SmolLM2-135M's 30 layers 10.2
-against 12.3–12.8 ms at 2 and 16 rows, 16.4 against 16.8 at 64, alike at 128, slower from there
-(32 against 25 ms at 192), so it takes up to `ROWS` rows: a decode step, a step with a small
-chunk, a prompt of up to 64 tokens as twins.
+(docs/cpu-engine.md). amx_linear.c reads them at ~21 GB/s. SmolLM2-135M's 30 layers on 2 Xeon
+cores: 10.2 against oneDNN's 12.3–12.8 ms at 2 and 16 rows, 20.4 against 27.4 at 128, 33.9
+against 41.5 at 256, 58.3 against 53.1 at 512 (a prefill chunk), 121 against 107 at 1024.
 
-It sums in its own order, so it must be the model's forward's product too, or the engine's step
+It sums in its own order (each output's float32 sum over the inner size in ascending tiles,
+whatever the row count), so it must be the model's forward's product too, or the engine's step
 would no longer be the forward bit for bit (cpu-engine.md, "Exactness"): `attach` (load_model)
-gives each decoder layer's projections the kernel for up to `ROWS` rows, `F.linear` beyond, and
-`PackedLayer` takes the same packed weights, oneDNN's prepacked product beyond (checked against
-`F.linear` per row count, as without AMX). Up to `ROWS` rows a row's bits depend on nothing
-beside it. The packed weights are a second copy of the layers' weights (SmolLM2-135M: 212 MB).
+gives each decoder layer's projections the kernel, and `PackedLayer` takes the same packed
+weights. A row's bits then depend on nothing beside it: a request's tokens are the same alone
+or in any batch, a prompt the same in one pass or beside others. oneDNN's are not (its rows at
+512 inner columns or more round otherwise at a few hundred rows than at a thousand). The packed
+weights are a second copy of the layers' weights (SmolLM2-135M: 212 MB).
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ from .probe import probe_input
 
 log = logging.getLogger(__name__)
 
-ROWS = 128  # the most rows the kernel takes (as fast as oneDNN's or faster up to here)
+ROWS = 4096  # the most rows the kernel takes (as fast as oneDNN's or faster up to here)
 ATTRIBUTE = "tb_amx"  # where `attach` leaves a projection's `Packed`
 _P, _L = ctypes.c_void_p, ctypes.c_long
 # (outputs, inner size) of the start-up check, and the row counts whose bits must agree
 CHECKS = ((40, 64), (36, 576), (20, 1536))
-CHECK_ROWS = (1, 2, 15, 16, 17, 33, 64, ROWS)
+CHECK_ROWS = (1, 2, 15, 16, 17, 33, 64, 129, 200)
+CHECK_SIZE = 256  # rows of the start-up check's input
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,8 @@ class Packed:
     first: int
     outputs: int
 
-    def linear(self, bias: torch.Tensor | None, larger: Linear) -> Linear:
-        return self.products.linear(self, bias, larger)
+    def linear(self, bias: torch.Tensor | None) -> Linear:
+        return self.products.linear(self, bias)
 
 
 class AmxProducts:
@@ -85,9 +88,8 @@ class AmxProducts:
         weight = torch.cat([weight.detach() for weight in weights])
         return Packed(self, pack(weight), 0, weight.shape[0])
 
-    def linear(self, packed: Packed, bias: torch.Tensor | None, larger: Linear) -> Linear:
-        """`x ↦ x · weightᵀ + bias` for bfloat16 `x` of any leading shape: the kernel's up to
-        `ROWS` rows, `larger`'s beyond."""
+    def linear(self, packed: Packed, bias: torch.Tensor | None) -> Linear:
+        """`x ↦ x · weightᵀ + bias` for bfloat16 `x` of any leading shape."""
         inner = packed.weight.shape[1] * 2
         chunks, blocks = inner // COLUMNS, -(-packed.outputs // 16)
         weight = packed.weight[packed.first // 16 :]
@@ -95,8 +97,8 @@ class AmxProducts:
 
         def linear(x: torch.Tensor) -> torch.Tensor:
             rows = x.numel() // x.shape[-1]
-            if rows > ROWS or rows == 0:
-                return larger(x)
+            if rows == 0:
+                return x.new_empty(*x.shape[:-1], packed.outputs)
             flat = F.pad(x.reshape(rows, -1), (0, inner - x.shape[-1], 0, -rows % 16))
             flat = flat.contiguous()
             out = torch.empty(flat.shape[0], packed.outputs, dtype=torch.bfloat16)
@@ -118,8 +120,8 @@ class AmxProducts:
             weight = torch.randn(outputs, inner, generator=generator).bfloat16()
             bias = torch.randn(outputs, generator=generator).bfloat16()
             for b in (None, bias):
-                linear = self.pack([weight])[0].linear(b, lambda x: x)
-                x = probe_input((ROWS, inner), generator)
+                linear = self.pack([weight])[0].linear(b)
+                x = probe_input((CHECK_SIZE, inner), generator)
                 full = linear(x)
                 exact = F.linear(x.double(), weight.double(), None if b is None else b.double())
                 if not torch.allclose(full.double(), exact, rtol=2**-7, atol=1e-3 * inner):
@@ -153,16 +155,12 @@ def load(directory: Path | None = None) -> AmxProducts | None:
 
 def attach(layers: Sequence[Sequence[Sequence[Any]]], products: AmxProducts) -> None:
     """Give each projection (`layers`: per layer, groups of linear layers that read the same
-    input: packed_layer.groups) the kernel up to `ROWS` rows, leaving its `Packed` on it."""
+    input: packed_layer.groups) the kernel, leaving its `Packed` on it."""
     for groups in layers:
         for group in groups:
             for linear, packed in zip(group, products.pack([m.weight for m in group]), strict=True):
                 setattr(linear, ATTRIBUTE, packed)
-                linear.forward = packed.linear(linear.bias, _plain(linear.weight, linear.bias))
-
-
-def _plain(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
-    return lambda x: F.linear(x, weight, bias)
+                linear.forward = packed.linear(linear.bias)
 
 
 def packed_of(linears: Sequence[Any]) -> Packed | None:

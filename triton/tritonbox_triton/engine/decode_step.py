@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from . import amx_linear, windowed
+from . import windowed
 from .attention import DecodeAttention, model_kernel, prefill_attention
 from .chunk_stages import ChunkStages, last_rows
 from .family import unsupported
@@ -65,7 +65,7 @@ class DecodeStep(ChunkStages):
         """The start-up log line's words for how the step runs its attention and elementwise
         stages."""
         attention = "compiled" if self._attention_kernel else "PyTorch's"
-        products = f", AMX products up to {amx_linear.ROWS} rows" if self.layers[0].amx else ""
+        products = ", AMX products" if self.layers[0].amx else ""
         head = f"{self.family.name} layers{products}, {attention} decode attention"
         stages = self.fused_stages()
         if self._ops is None or not stages:
@@ -94,19 +94,22 @@ class DecodeStep(ChunkStages):
     def exact_for(self, prompt_tokens: int) -> bool:
         """Whether `prefill` of a prompt's twin rows is the model forward's bit for bit: its
         products of 2 × `prompt_tokens` rows round as the plain ones do (checked once per row
-        count; on the AMX machine up to about 64 tokens). The rest of the pass is the forward's
+        count; always with AMX products). The rest of the pass is the forward's
         own arithmetic, and the next-token product has 2 rows, where the kernels agree."""
         return self._agrees_with_twins(2 * prompt_tokens, copies=1)
 
     def lone_exact_for(self, prompt_tokens: int) -> bool:
         """Whether `prefill` of a lone prompt, once, is the model forward's over its twin rows
         bit for bit: the prepacked products of `prompt_tokens` rows round as the plain ones of
-        twice as many rows (checked once per length). Everything else in a pass is the same
+        twice as many rows (checked once per length; always with AMX products). Everything
+        else in a pass is the same
         arithmetic per row, and the next-token product runs on two copies of the last row.
         Half the work of the twin pass."""
         return self._agrees_with_twins(prompt_tokens, copies=2)
 
     def _agrees_with_twins(self, rows: int, copies: int) -> bool:
+        if self.layers[0].amx:
+            return True  # AMX products: a row's bits depend on no other row (amx_linear.py)
         if copies > 1 and self._embed.dtype != torch.bfloat16:
             # A lone float32 pass: its products' check said yes on an AVX2 CPU at every length
             # from 16 tokens, where the pass's bits differed from the twins' (the twin pass kept

@@ -31,10 +31,10 @@ def packed_linear(
 ) -> Linear:
     """`x ↦ F.linear(x, weight, bias)` with the weight reordered once (bfloat16), by
     linear_kernel.py's products where the CPU has no native bfloat16, else oneDNN's; with
-    `amx` (where the model's own projections have it: amx_linear.py), its kernel up to its
-    rows, as the model's forward."""
+    `amx` (where the model's own projections have it: amx_linear.py), its kernel, as the
+    model's forward."""
     if amx is not None:
-        return amx.linear(bias, packed_linear(weight, bias))
+        return amx.linear(bias)
     if weight.dtype != torch.bfloat16:
         return lambda x: F.linear(x, weight, bias)
     products = linear_kernel.current()
@@ -130,7 +130,7 @@ def _joined(linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
 def attach_products(model: Any, library: ctypes.CDLL | None, kernel_dir: Path | None) -> None:
     """The model's head in float32 (float_logits.py: the engine's C library `library`, or the
     AVX2 products); in bfloat16 on a CPU with AMX, its decoder layers' projections through
-    amx_linear.py's kernel up to its rows, the engine's step then taking the same."""
+    amx_linear.py's kernel, the engine's step then taking the same."""
     bfloat16 = model.lm_head.weight.dtype == torch.bfloat16
     products = linear_kernel.load(kernel_dir) if bfloat16 else None
     model.lm_head = Float32Logits(model.lm_head, library, products=products)
