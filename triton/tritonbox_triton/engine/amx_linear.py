@@ -99,16 +99,18 @@ class AmxProducts:
             rows = x.numel() // x.shape[-1]
             if rows == 0:
                 return x.new_empty(*x.shape[:-1], packed.outputs)
-            flat = F.pad(x.reshape(rows, -1), (0, inner - x.shape[-1], 0, -rows % 16))
+            flat = x.reshape(rows, -1)
+            if flat.shape[1] != inner:  # the kernel reads whole tiles of 32 columns
+                flat = F.pad(flat, (0, inner - flat.shape[1]))
             flat = flat.contiguous()
-            out = torch.empty(flat.shape[0], packed.outputs, dtype=torch.bfloat16)
+            out = torch.empty(rows, packed.outputs, dtype=torch.bfloat16)
             status = self._kernel(
-                flat.data_ptr(), flat.shape[0], weight.data_ptr(), blocks, chunks,
+                flat.data_ptr(), rows, weight.data_ptr(), blocks, chunks,
                 None if bias32 is None else bias32.data_ptr(), out.data_ptr(), packed.outputs,
                 torch.get_num_threads(),
             )  # fmt: skip
             assert status == 0, f"amx_linear: {status}"
-            return out[:rows].view(*x.shape[:-1], packed.outputs)
+            return out.view(*x.shape[:-1], packed.outputs)
 
         return linear
 

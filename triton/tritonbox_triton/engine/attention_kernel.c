@@ -16,6 +16,7 @@
    why the engine needs that, and attention_kernel.py checks it at start). Returns nonzero
    without AVX-512 or for a head dimension or group this build does not take. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "bf16.h"
@@ -195,6 +196,38 @@ ALWAYS void attend(const bf16 *query, long query_step, int count, Columns kv, lo
     }
 }
 
+/* A decode step's tasks (row × kv_heads + head) shared out among `threads` by their rows'
+   keys, the longest first, each to the thread with the least so far (rows' lengths differ
+   tenfold on mixed traffic, and an even count of tasks each left one thread waiting on the
+   other): thread t runs plan[start[t] .. start[t + 1]), in that order. `plan`: room for
+   3 × tasks + threads + 1. */
+static void share_out(const int64_t *lengths, long rows, long kv_heads, int threads, long *plan,
+                      long *start) {
+    long tasks = rows * kv_heads, *order = plan + tasks + threads + 1, *owner = order + rows;
+    long load[256] = {0};
+    for (long r = 0; r < rows; r++) order[r] = r;
+    for (long i = 1; i < rows; i++) /* longest first; ties by row, so the plan is fixed */
+        for (long j = i; j > 0 && lengths[order[j]] > lengths[order[j - 1]]; j--) {
+            long t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    long used = threads < 256 ? threads : 256;
+    for (long i = 0; i < tasks; i++) {
+        long least = 0;
+        for (long t = 1; t < used; t++)
+            if (load[t] < load[least]) least = t;
+        owner[i] = least;
+        load[least] += lengths[order[i / kv_heads]] + 16; /* + a task's fixed cost */
+    }
+    long at = 0;
+    for (int t = 0; t <= threads; t++) {
+        start[t] = at;
+        for (long i = 0; t < threads && i < tasks; i++)
+            if (owner[i] == t) plan[at++] = order[i / kv_heads] * kv_heads + i % kv_heads;
+    }
+}
+
 /* A prompt's positions are cut into blocks of this many, each block a task of its own: a lone
    prompt (or a chunk of one) has as few (row, kv head) tasks as kv heads (3 for SmolLM2), which
    left one of two threads idle for a third of its attention. A position's result does not
@@ -213,8 +246,9 @@ typedef struct {
 } Attention;
 
 /* Task `task`: (row, kv head) task % (rows × kv heads), its positions' block counted from the
-   last (the costliest first, for the dynamic schedule). Nonzero when it could not run. */
-static int run_task(const Attention *a, long task) {
+   last (the costliest first, for the dynamic schedule); `after`: the task whose keys to fetch
+   ahead. Nonzero when it could not run. */
+static int run_task(const Attention *a, long task, long after) {
     long pair = task % (a->rows * a->kv_heads), block = a->blocks - 1 - task / (a->rows * a->kv_heads);
     long row = pair / a->kv_heads, head = pair % a->kv_heads, longest = a->lengths[row];
     long padded = (longest + 15) & ~15L, first = longest - a->positions + 1, groups = a->groups;
@@ -234,7 +268,6 @@ static int run_task(const Attention *a, long task) {
     Columns kv = {a->keys + row * a->key_row + head * a->key_head,
                   a->values + row * a->value_row + head * a->value_head, a->key_column,
                   a->value_column};
-    long tasks = a->rows * a->kv_heads * a->blocks, after = task + 1 < tasks ? task + 1 : task;
     long after_pair = after % (a->rows * a->kv_heads), out_step = a->kv_heads * groups * dim;
     const bf16 *ahead = a->keys + (after_pair / a->kv_heads) * a->key_row +
                         (after_pair % a->kv_heads) * a->key_head;
@@ -281,12 +314,22 @@ int attention(const bf16 *query, long query_row, long query_position, const bf16
                    out, scale, softcap, (exp16)vector_exp};
     long tasks = rows * kv_heads * a.blocks;
     int failed = 0;
-    if (a.blocks == 1) { /* a decode step: tasks of equal cost, as many as rows × kv heads */
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
-        for (long task = 0; task < tasks; task++) failed |= run_task(&a, task);
+    if (a.blocks == 1) { /* a decode step: one task per (row, kv head), costing its row's keys */
+        long *plan = malloc(sizeof(long) * (size_t)(3 * tasks + threads + 1));
+        if (!plan) return -2;
+        long *start = plan + tasks;
+        share_out(lengths, rows, kv_heads, threads, plan, start);
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+        {
+            long me = omp_get_thread_num(), first = start[me], end = start[me + 1];
+            for (long i = first; i < end; i++)
+                failed |= run_task(&a, plan[i], plan[i + 1 < end ? i + 1 : i]);
+        }
+        free(plan);
     } else { /* a prompt's blocks: later positions see more keys */
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) reduction(| : failed)
-        for (long task = 0; task < tasks; task++) failed |= run_task(&a, task);
+        for (long task = 0; task < tasks; task++)
+            failed |= run_task(&a, task, task + 1 < tasks ? task + 1 : task);
     }
     return failed;
 #else
