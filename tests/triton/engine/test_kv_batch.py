@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import mmap
+import struct
+from pathlib import Path
+
+import pytest
 import torch
 from transformers import DynamicCache
 
@@ -10,10 +15,10 @@ from tritonbox_triton.engine.kv_batch import COLUMN_HEADROOM, BatchedKVCache, pr
 LAYERS = 2
 
 
-def sequence_cache(length: int, value: float) -> DynamicCache:
+def sequence_cache(length: int, value: float, dim: int = 4) -> DynamicCache:
     cache = DynamicCache()
     for layer in range(LAYERS):
-        kv = torch.full((1, 3, length, 4), value, dtype=torch.bfloat16)
+        kv = torch.full((1, 3, length, dim), value, dtype=torch.bfloat16)
         cache.update(kv, kv.clone(), layer)
     return cache
 
@@ -29,7 +34,7 @@ def test_rows_keep_their_keys_from_column_zero() -> None:
     batch.add_sequence(sequence_cache(3, 2.0))
     assert (batch.rows, batch.columns) == (2, 5)
     assert batch.lengths.tolist() == [5, 3]
-    assert _row_values(batch, 1, 5) == [2.0, 2.0, 2.0, 0.0, 0.0]
+    assert _row_values(batch, 1, 3) == [2.0, 2.0, 2.0]  # past them: its twin's, masked
     valid, positions = batch.decode_inputs()
     assert positions.tolist() == [[5], [3]]  # where each row's next key goes
     assert valid.shape[1] == batch.width and batch.width % 16 == 0  # a whole padding block
@@ -58,13 +63,17 @@ def test_advance_adds_a_column_to_every_row() -> None:
     assert batch.lengths.tolist() == [3, 5]
 
 
-def test_a_row_written_over_a_longer_one_that_left_has_no_stale_keys() -> None:
+def test_a_row_written_over_a_longer_one_that_left_sees_only_its_own_keys() -> None:
+    """What the longer row wrote past the new row's length stays (finite), masked."""
     batch = BatchedKVCache(query_groups=3)
     batch.add_sequence(sequence_cache(3, 1.0))
     batch.add_sequence(sequence_cache(9, 5.0))
     batch.keep_rows([0])
     batch.add_sequence(sequence_cache(2, 7.0))
-    assert _row_values(batch, 1, 9) == [7.0, 7.0] + [0.0] * 7
+    assert _row_values(batch, 1, 2) == [7.0, 7.0]
+    valid, _ = batch.decode_inputs()
+    assert valid[1].tolist()[:9] == [True] * 3 + [False] * 6
+    assert torch.isfinite(batch.key_buffers).all() and torch.isfinite(batch.value_buffers).all()
 
 
 def test_survivors_fill_the_gaps_and_only_they_move() -> None:
@@ -113,10 +122,9 @@ def test_sequences_added_together_are_as_added_one_at_a_time() -> None:
 
 
 def test_the_cache_is_not_copied_each_time_the_longest_row_grows_or_leaves() -> None:
-    """Steps read views, so the buffers keep headroom: a row growing past a padding block, or
-    the longest row leaving, moves no keys; a long row leaving frees its columns once they are
-    more than twice what is used."""
-    batch = BatchedKVCache(query_groups=3)
+    """Steps read views, so the buffers are reserved with room to spare: a row growing past a
+    padding block, or the longest row leaving, moves no keys."""
+    batch = BatchedKVCache(query_groups=3, rows=16)
     batch.add_sequence(sequence_cache(40, 1.0))
     batch.add_sequence(sequence_cache(30, 2.0))
     buffers = batch.key_buffers.data_ptr()
@@ -124,13 +132,38 @@ def test_the_cache_is_not_copied_each_time_the_longest_row_grows_or_leaves() -> 
         batch.decode_inputs()
         batch.advance()
     assert batch.columns == 40 + COLUMN_HEADROOM
-    assert batch.key_buffers.data_ptr() == buffers
-    batch.keep_rows([1])  # the longest left
-    batch.decode_inputs()
-    assert batch.key_buffers.data_ptr() == buffers
+    for rows in ([1, 0], [0]):  # the rows swapped, then the longest left
+        batch.keep_rows(rows)
+        batch.decode_inputs()
+        assert batch.key_buffers.data_ptr() == buffers
     assert _row_values(batch, 0, 3) == [2.0, 2.0, 2.0]
-    batch.add_sequence(sequence_cache(1000, 3.0))
-    batch.keep_rows([0])  # the long one left: its columns go
+
+
+def _resident_kib(tensor: torch.Tensor) -> float:
+    """How much of `tensor`'s memory is in memory: its pages the kernel marks present."""
+    page = mmap.PAGESIZE
+    first = tensor.data_ptr() // page
+    count = -(-(tensor.data_ptr() + tensor.numel() * tensor.element_size()) // page) - first
+    with open("/proc/self/pagemap", "rb") as pagemap:  # 8 bytes a page; bit 63: present
+        pagemap.seek(first * 8)
+        entries = struct.unpack(f"{count}Q", pagemap.read(count * 8))
+    return sum(entry >> 63 for entry in entries) * page / 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/pagemap").exists(), reason="the kernel's count: Linux")
+def test_memory_follows_the_keys_written_not_the_reservation() -> None:
+    """16 rows are reserved, two short ones written: only theirs is resident. A long row's
+    columns go back to the system once it has left, at the next step."""
+    batch = BatchedKVCache(query_groups=3, rows=16)
+    batch.add_sequence(sequence_cache(40, 1.0, dim=64))
+    batch.add_sequence(sequence_cache(30, 2.0, dim=64))
+    column_kib = LAYERS * 3 * 64 * 2 / 1024  # a row's column in every layer and head
+    assert batch.key_buffers.shape[1] == 16
+    assert _resident_kib(batch.key_buffers) <= 2 * 64 * column_kib  # two rows, a page each
+    batch.add_sequence(sequence_cache(1000, 3.0, dim=64))
+    assert _resident_kib(batch.key_buffers) >= 1000 * column_kib
+    batch.keep_rows([0, 1])  # the long one left
     batch.decode_inputs()
-    assert batch.key_buffers.shape[3] <= 2 * batch.width + COLUMN_HEADROOM
-    assert _row_values(batch, 0, 3) == [2.0, 2.0, 2.0]
+    assert _resident_kib(batch.key_buffers) <= 3 * (2 * 64 + COLUMN_HEADROOM) * column_kib
+    assert batch.key_buffers[:, 2, :, 2 * 64 + 2 * COLUMN_HEADROOM :].abs().max() == 0
+    assert _row_values(batch, 0, 3) == [1.0] * 3

@@ -9,8 +9,13 @@ over `decode_width` columns, and the columns past a row's length are masked. A d
 writes one column per row in place (`DynamicCache`'s concatenation copied the whole cache per
 step, a fifth of a 16-row step's time). A new sequence is prefilled alone and copied into the
 next free row; when sequences finish, the last survivors move into the rows they left. The
-buffers have room for columns beyond the widest row and for rows by doubling (`_fit` says why),
-and are freed when the batch empties. Keys and values are kept in the model's dtype.
+buffers are reserved for the engine's most rows and for twice the longest row's columns, in
+memory that is resident only where keys were written (kv_memory.py). A row that joins writes
+over what a row that left had there: past its own length that is masked, never read by the
+attention kernel and multiplied by an exact zero by PyTorch's, and finite (keys once written, or
+a fresh page's zeros). Columns past twice the longest row's go back to the system once it
+leaves; the buffers grow (one copy) only when the longest row passes its reservation, and are
+freed when the batch empties. Keys and values are kept in the model's dtype.
 
 A lone sequence decodes as two identical rows (`shown_rows`): PyTorch multiplies a single row
 by another kernel than two or more (oneDNN's), whose sums round differently in bfloat16, so a
@@ -27,8 +32,9 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from .attention import decode_width
+from .kv_memory import Buffers, column_unit
 
-# Columns the buffers keep beyond the widest row at least (`BatchedKVCache._fit`).
+# Columns the buffers reserve beyond the widest row at least (`BatchedKVCache._fit`).
 COLUMN_HEADROOM = 64
 
 
@@ -76,13 +82,16 @@ def prefilled_layers(cache: DynamicCache) -> Layers:
 class BatchedKVCache:
     """The decode batch's cache and its rows' lengths."""
 
-    def __init__(self, query_groups: int = 1) -> None:
+    def __init__(self, query_groups: int = 1, *, rows: int = 2) -> None:
         self._groups = query_groups  # query heads per kv head: the attention's shape
+        self._reserved_rows = max(rows, 2)  # the most rows expected (a lone row has a twin)
         self.cache: DynamicCache | None = None
         self._layers: list[_SlotLayer] = []
         # [layers, row capacity, kv heads, column capacity, head_dim], the model's dtype
         self.key_buffers = torch.zeros(0)
         self.value_buffers = torch.zeros(0)
+        self._memory: tuple[Buffers, Buffers] | None = None  # the buffers' mappings
+        self._written = 0  # the most columns any row may have written since last given back
         self.lengths = torch.zeros(0, dtype=torch.long)  # per row: its keys, from column 0
 
     @property
@@ -117,36 +126,47 @@ class BatchedKVCache:
         """Empty buffers shaped like `like`'s layers; `_fit` gives them rows and columns."""
         keys = like[0][0]
         self._layers = [_SlotLayer(self, index) for index in range(len(like))]
-        shape = (len(like), 2, keys.shape[1], 0, keys.shape[3])  # rows doubled as they join
+        shape = (len(like), 0, keys.shape[1], 0, keys.shape[3])  # reserved by the first _fit
         self.key_buffers = torch.zeros(shape, dtype=keys.dtype)
         self.value_buffers = torch.zeros(shape, dtype=keys.dtype)
         self.cache = DynamicCache()
         self.cache.layers = list(self._layers)
 
     def _fit(self, rows: int, columns: int) -> None:
-        """Room for `rows` rows (by doubling) and at least `columns` columns. Steps read views
-        of the buffers (the attention kernel takes any strides), so the columns have headroom:
-        a copy of the whole cache each time the longest row moved by a padding block cost 7% of
-        an engine's time on mixed traffic (prompts of 20-500 tokens come and go, and the
-        longest with them; a copy of 16 rows of 700 columns moves ~0.5 GB). The buffers grow by
-        a quarter (at least `COLUMN_HEADROOM` columns) and shrink only past twice what is used
-        (a long row left), so that memory follows the batch."""
-        have_rows, have_columns = int(self.key_buffers.shape[1]), int(self.key_buffers.shape[3])
-        roomy = 2 * columns + COLUMN_HEADROOM
-        if rows <= have_rows and columns <= have_columns <= roomy:
+        """Room for `rows` rows and at least `columns` columns. Steps read views of the buffers
+        (the attention kernel takes any strides), so a reservation has room to spare: the
+        engine's most rows, and twice the columns asked for, which cost memory only once
+        written (kv_memory.py). Past it the buffers are remade and the rows' keys copied once
+        (a copy of 16 rows of 700 columns moves ~0.5 GB)."""
+        layers, have_rows, heads, have_columns, dim = self.key_buffers.shape
+        if rows <= have_rows and columns <= have_columns:
+            self._give_back(columns)
             return
+        have_rows = max(have_rows, self._reserved_rows)
         while have_rows < rows:
             have_rows *= 2
-        capacity = columns + max(COLUMN_HEADROOM, columns // 4)
+        unit = column_unit(dim, self.key_buffers.dtype)
+        capacity = -(-max(2 * columns, columns + COLUMN_HEADROOM) // unit) * unit
         used_rows, used_columns = self.shown_rows, min(self.columns, columns)
+        memory = []
         for name in ("key_buffers", "value_buffers"):
             old: torch.Tensor = getattr(self, name)
-            # The copied part is not zeroed first; the rest is (masked, but kept finite).
-            new = old.new_empty(old.shape[0], have_rows, old.shape[2], capacity, old.shape[4])
-            new[:, :used_rows, :, :used_columns] = old[:, :used_rows, :, :used_columns]
-            new[:, :used_rows, :, used_columns:] = 0
-            new[:, used_rows:] = 0
-            setattr(self, name, new)
+            new = Buffers((layers, have_rows, heads, capacity, dim), old.dtype)
+            new.tensor[:, :used_rows, :, :used_columns] = old[:, :used_rows, :, :used_columns]
+            setattr(self, name, new.tensor)
+            memory.append(new)
+        self._memory = (memory[0], memory[1])
+        self._written = columns
+
+    def _give_back(self, columns: int) -> None:
+        """The columns past twice `columns` (and the headroom) go back to the system, once
+        rows that left had written there: memory follows the batch, as a long row leaves."""
+        roomy = 2 * columns + COLUMN_HEADROOM
+        if self._written > roomy and self._memory is not None:
+            for memory in self._memory:
+                memory.release_columns(roomy)
+            self._written = roomy
+        self._written = max(self._written, columns)
 
     def _show(self) -> None:
         if self.rows == 1:  # the lone sequence's twin: row 1 holds a copy of row 0
@@ -174,8 +194,6 @@ class BatchedKVCache:
             row = first + offset
             for buffers, states in ((self.key_buffers, 0), (self.value_buffers, 1)):
                 buffers[:, row, :, :length] = torch.stack([layer[states][0] for layer in prefilled])
-                # A row that left may have been here. Its values are masked, but keep them finite.
-                buffers[:, row, :, length:] = 0
         self.lengths = torch.cat([self.lengths, torch.tensor(lengths)])
         self._show()
 
@@ -187,6 +205,7 @@ class BatchedKVCache:
         if not rows:
             self.cache, self._layers = None, []  # the buffers go: an idle engine holds none
             self.key_buffers, self.value_buffers = torch.zeros(0), torch.zeros(0)
+            self._memory, self._written = None, 0
             self.lengths = torch.zeros(0, dtype=torch.long)
             return
         index = torch.tensor(rows, dtype=torch.long)

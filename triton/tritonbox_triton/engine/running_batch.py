@@ -48,8 +48,10 @@ class RunningBatch(BatchPrefill):
         lora_rows: LoraRows | None = None,
         kernel_dir: Path | None = None,
         timings: EngineTimings = DEFAULT_TIMINGS,
+        max_rows: int = 2,
     ) -> None:
         self.model = model
+        self._max_rows = max_rows  # MAX_BATCH_SIZE: the KV buffers reserve as many rows
         # Decodes batches without adapters instead of the model's forward; the two give the
         # same logits bit for bit (decode_step.py).
         reason = unsupported(model)
@@ -212,4 +214,4 @@ class RunningBatch(BatchPrefill):
         dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         # Decided here, at start, rather than inside the first request's prefill (~0.3 s).
         padding_block(self.model.dtype, kv_heads, heads // kv_heads, dim)
-        return BatchedKVCache(query_groups=heads // kv_heads)
+        return BatchedKVCache(query_groups=heads // kv_heads, rows=self._max_rows)

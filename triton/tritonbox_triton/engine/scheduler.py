@@ -78,7 +78,8 @@ class InflightBatcher:
         )
         responses = Responses(self._observer, timings.pairs_from)
         self._batch = RunningBatch(model, decode, responses, self._observer, lora_rows=lora_rows,
-                                   kernel_dir=kernel_dir, timings=timings)  # fmt: skip
+                                   kernel_dir=kernel_dir, timings=timings,
+                                   max_rows=max_batch_size)  # fmt: skip
         self._thread: threading.Thread | None = None
         self._iteration = 0
         self._slice = "not started"  # the engine thread's scheduler slice, for describe()
