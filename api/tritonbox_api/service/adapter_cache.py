@@ -60,8 +60,15 @@ class ConvertedCache:
             return kept
         pending = self._loading.get(sha256)
         if pending is None:
-            pending = asyncio.ensure_future(load())
+            pending = asyncio.ensure_future(self._load_and_keep(sha256, load))
             self._loading[sha256] = pending
             pending.add_done_callback(lambda _: self._loading.pop(sha256, None))
         # Shielded: one waiter leaving (its client gone) must not cancel the others' load.
-        return self.put(sha256, await asyncio.shield(pending))
+        return await asyncio.shield(pending)
+
+    async def _load_and_keep(
+        self, sha256: str, load: Callable[[], Awaitable[LoraInputs]]
+    ) -> LoraInputs:
+        # Kept before the load's future is done: a caller arriving between the future's end
+        # and its waiters' turns finds the tensors, where it found neither them nor the load.
+        return self.put(sha256, await load())

@@ -232,8 +232,7 @@ class InflightBatcher:
         return len(admitted)
 
     def _report(self, admissions: list[int]) -> None:
-        """This iteration's counts, for /metrics (stats.py); `admissions`: how many requests
-        each of its prefill admissions took in."""
+        """This iteration's counts for /metrics (stats.py); `admissions`: each prefill's count."""
         self._iteration += 1
         running = self._batch.running
         self._observer.on_iteration(
