@@ -70,10 +70,12 @@ ALWAYS void score_blocks(__m512 (*q)[MAX_CHUNKS], int queries, Columns kv, long 
         __m512 part[JOINT * MAX_GROUPS][16];
         for (int j = 0; j < 16; j++) {
             const bf16 *key = kv.keys + (j0 + j) * kv.key_column;
-            /* Ahead of use: this column's values (read after the softmax) and the keys 16 on. */
+            /* Ahead of use: this column's values, read after the softmax, into L2 (into L1 they
+               pushed out the keys and scores in use: a decode step's attention took a fifth
+               longer), and the keys 32 columns on (16 were too few to cover memory's latency). */
             for (int c = 0; c < chunks; c += 2) {
-                _mm_prefetch((const char *)(kv.values + (j0 + j) * kv.value_column + 16 * c), _MM_HINT_T0);
-                _mm_prefetch((const char *)(key + 16 * kv.key_column + 16 * c), _MM_HINT_T0);
+                _mm_prefetch((const char *)(kv.values + (j0 + j) * kv.value_column + 16 * c), _MM_HINT_T1);
+                _mm_prefetch((const char *)(key + 32 * kv.key_column + 16 * c), _MM_HINT_T0);
             }
             for (int c = 0; c < chunks; c++) k[c] = widen16(key + 16 * c);
             for (int n = 0; n < queries; n++)
@@ -140,7 +142,7 @@ ALWAYS void weigh_values(const float *scores, const int pair, Columns kv, long l
             for (int c = 0; c < chunks; c++) acc[n][g][c] = _mm512_setzero_ps();
     for (long j = 0; j < length + pair - 1; j++) {
         for (int c = 0; c < chunks; c += 2)
-            _mm_prefetch((const char *)(ahead + j * kv.key_column + 16 * c), _MM_HINT_T0);
+            _mm_prefetch((const char *)(ahead + j * kv.key_column + 16 * c), _MM_HINT_T1); /* L2: as above */
         for (int c = 0; c < chunks; c++) v[c] = widen16(kv.values + j * kv.value_column + 16 * c);
         int last = j == length; /* the second's last column, not the first's */
         for (int n = 0; n < pair; n++)
