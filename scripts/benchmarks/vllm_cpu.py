@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from scripts.benchmarks.emulation import KINDS, apply
 from scripts.benchmarks.load import One, Sample, grpc_path, sse
 from scripts.benchmarks.proc import (
     OthersLoad,
@@ -231,7 +232,13 @@ def main() -> int:
     parser.add_argument("--no-vllm", action="store_true", help="TritonBox only")
     parser.add_argument("--output", type=Path, default=REPO / "docs" / "benchmark-vllm-cpu.md")
     parser.add_argument("--model", help="a family's name or a checkpoint folder (vllm_models.py)")
+    parser.add_argument(
+        "--emulate", choices=sorted(KINDS), help="both as on an older CPU (emulation.py; --model)"
+    )
     args = parser.parse_args()
+    if args.emulate and not args.model:
+        parser.error("--emulate goes with --model (the families page marks emulated rows)")
+    args.emulated = apply(args.emulate) if args.emulate else None
     # The default model is prepared here on a fresh checkout (once; the engine uses it too).
     args.model = resolve(args.model)
     args.model_dir = args.model.folder

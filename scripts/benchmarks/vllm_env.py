@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+from scripts.benchmarks.emulation import vllm_environment
 from scripts.benchmarks.proc import stop_group
 from tritonbox_testing.ports import free_ports
 
@@ -96,6 +97,7 @@ def start_vllm(
     for name in (*pinned, "LD_PRELOAD", "OMP_NUM_THREADS", "VLLM_CPU_KVCACHE_SPACE"):
         env.pop(name, None)
     env |= pinned if tuning is None else tuning
+    env |= vllm_environment()  # where both servers run as on an older CPU (--emulate)
     command = [
         str(executable), "serve", str(model_dir), "--dtype", "bfloat16", "--port", str(port),
         "--served-model-name", "model", "--max-num-seqs", str(max_seqs),

@@ -118,7 +118,7 @@ def record(
         "model": model.name,
         "family": model.family,
         "weights": "random" if model.random else "real",
-        "cpu": _cpu(),
+        "cpu": _cpu() + (f" ({args.emulated})" if getattr(args, "emulated", None) else ""),
         "commit": revision(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "tokens": args.tokens,

@@ -181,7 +181,7 @@ class TritonSettings(BaseSettings):
         default="auto",
         description="cpu: the engine's weights and activations. auto = bfloat16 where the CPU "
         "computes it natively (AVX512-BF16 or AMX) or has AVX2 with FMA (the engine's own "
-        "products, with PyTorch's sums), float32 elsewhere; the choice is logged at start.",
+        "products; on AVX-512 the model's too), float32 elsewhere; the choice is logged at start.",
     )
     max_lora_rank: int = Field(
         default=64,

@@ -19,7 +19,12 @@ def families() -> ModuleType:
 
 
 def _run(
-    families: ModuleType, monkeypatch: pytest.MonkeyPatch, data: Path, cpu: str, tok_s: float
+    families: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    data: Path,
+    cpu: str,
+    tok_s: float,
+    emulated: str | None = None,
 ) -> None:
     Model = script_module("scripts.benchmarks.vllm_models").Model
     report = script_module("scripts.benchmarks.vllm_report")
@@ -31,7 +36,7 @@ def _run(
     servers = [Server("TritonBox", 1.0, {}, [batch(families.OURS)]),
                Server("vLLM", 1.0, {}, [batch(PEER)])]  # fmt: skip
     model = Model("random qwen3", data.parent, "qwen3", random=True, default=False)
-    args = argparse.Namespace(tokens=11, repeats=1, concurrency=[1])
+    args = argparse.Namespace(tokens=11, repeats=1, concurrency=[1], emulated=emulated)
     monkeypatch.setattr(families, "_cpu", lambda: cpu)  # the machine this run is said to be on
     families.record(model, servers, args, None, data)
 
@@ -43,10 +48,12 @@ def test_a_run_replaces_its_own_cpus_rows_only(
     _run(families, monkeypatch, data, "AMX, bfloat16", 30.0)
     _run(families, monkeypatch, data, "AVX2, float32", 9.0)
     _run(families, monkeypatch, data, "AVX2, float32", 10.0)
+    _run(families, monkeypatch, data, "AVX2, float32", 12.0, emulated="emulated on AMX")
     entries = json.loads(data.read_text())
     assert [(e["cpu"], round(e["rows"]["1"]["ours"]["tok_s"], 6)) for e in entries] == [
         ("AMX, bfloat16", 30.0),
         ("AVX2, float32", 10.0),
+        ("AVX2, float32 (emulated on AMX)", 12.0),  # beside the real machine's, not over it
     ]
     page = families.page(data)
     assert "| random qwen3 | qwen3 | random | AMX, bfloat16 | 1 | 30.0 (30–30) |" in page

@@ -65,7 +65,8 @@ class DecodeStep(ChunkStages):
         """The start-up log line's words for how the step runs its attention and elementwise
         stages."""
         attention = "compiled" if self._attention_kernel else "PyTorch's"
-        products = ", AMX products" if self.layers[0].amx else ""
+        own = ", own products in their order" if self.layers[0].own_products else ""
+        products = ", AMX products" if self.layers[0].amx else own
         head = f"{self.family.name} layers{products}, {attention} decode attention"
         stages = self.fused_stages()
         if self._ops is None or not stages:
@@ -108,8 +109,8 @@ class DecodeStep(ChunkStages):
         return self._agrees_with_twins(prompt_tokens, copies=2)
 
     def _agrees_with_twins(self, rows: int, copies: int) -> bool:
-        if self.layers[0].amx:
-            return True  # AMX products: a row's bits depend on no other row (amx_linear.py)
+        if self.layers[0].own_products:
+            return True  # the model's products are the step's, a row's bits its own
         if copies > 1 and self._embed.dtype != torch.bfloat16:
             # A lone float32 pass: its products' check said yes on an AVX2 CPU at every length
             # from 16 tokens, where the pass's bits differed from the twins' (the twin pass kept

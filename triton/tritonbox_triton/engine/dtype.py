@@ -11,6 +11,7 @@ too, and float32 only where neither runs.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -18,6 +19,13 @@ import torch
 log = logging.getLogger(__name__)
 # /proc/cpuinfo flags of CPUs whose vector units compute bf16 dot products themselves.
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# Flags the engine treats as absent (comma-separated), so that one machine runs the kernels and
+# checks of a CPU without them: the benchmarks' --emulate (scripts/benchmarks/emulation.py).
+HIDE_FLAGS = "TRITONBOX_HIDE_CPU_FLAGS"
+
+
+def hidden_flags() -> frozenset[str]:
+    return frozenset(filter(None, os.environ.get(HIDE_FLAGS, "").replace(",", " ").split()))
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -26,7 +34,7 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     except OSError:  # not Linux: no flags known, so float32
         return frozenset()
     line = next((row for row in text.splitlines() if row.startswith("flags")), "")
-    return frozenset(line.partition(":")[2].split())
+    return frozenset(line.partition(":")[2].split()) - hidden_flags()
 
 
 def engine_dtype(
@@ -56,5 +64,10 @@ def describe(setting: str, dtype: torch.dtype) -> str:
     if found:
         return f"{name} (auto: CPU has {', '.join(found)})"
     if dtype == torch.bfloat16:
+        from . import linear_kernel
+
+        products = linear_kernel.current()
+        if products is not None and products.own_order:
+            return f"{name} (auto: no native bf16; AVX2 products, the model's own too)"
         return f"{name} (auto: no native bf16; AVX2 products with PyTorch's sums)"
     return f"{name} (auto: no native bf16)"

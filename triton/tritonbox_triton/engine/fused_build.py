@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .dtype import cpu_flags
+from .dtype import cpu_flags, hidden_flags
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,16 @@ HEADERS = tuple(Path(__file__).with_name(name) for name in ("bf16.h", "amx.h"))
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 LIBRARIES = ("-lm",)  # after the source: a linker that drops unneeded libraries keeps them
 VECTOR_EXP = "Sleef_expf16_u10"  # what ATen's AVX-512 Vectorized<float>::exp() calls
+# GCC's switches for the /proc/cpuinfo flags a build may be told to do without (dtype.HIDE_FLAGS):
+# `-march=native` would otherwise compile them in.
+NO_ISA = {"avx512f": "-mno-avx512f", "avx512_bf16": "-mno-avx512bf16",
+          "avx512_fp16": "-mno-avx512fp16", "amx_bf16": "-mno-amx-bf16",
+          "amx_tile": "-mno-amx-tile", "amx_int8": "-mno-amx-int8"}  # fmt: skip
+
+
+def flags() -> tuple[str, ...]:
+    """The compiler's flags: `FLAGS`, less the instructions of hidden CPU flags."""
+    return FLAGS + tuple(NO_ISA[flag] for flag in sorted(hidden_flags() & NO_ISA.keys()))
 
 
 def default_dir() -> Path:
@@ -60,7 +70,7 @@ def build_library(directory: Path) -> tuple[Path, str]:
     if compiler is None:
         raise FileNotFoundError("no C compiler (cc) on PATH")
     texts = [path.read_bytes() for path in SOURCES + HEADERS]
-    key = hashlib.sha256(b"\0".join([*texts, *map(str.encode, FLAGS + LIBRARIES),
+    key = hashlib.sha256(b"\0".join([*texts, *map(str.encode, flags() + LIBRARIES),
                                      " ".join(sorted(cpu_flags())).encode()]))  # fmt: skip
     library = directory / f"fused_ops-{key.hexdigest()[:16]}.so"
     if library.exists():
@@ -69,7 +79,7 @@ def build_library(directory: Path) -> tuple[Path, str]:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=directory) as scratch:  # no half-written library
         output = Path(scratch) / library.name
-        subprocess.run([compiler, *FLAGS, "-o", str(output), *map(str, SOURCES), *LIBRARIES],
+        subprocess.run([compiler, *flags(), "-o", str(output), *map(str, SOURCES), *LIBRARIES],
                        check=True, capture_output=True, text=True)  # fmt: skip
         os.replace(output, library)
     built = f"compiled in {time.monotonic() - started:.1f} s (cold), cached in {directory}"

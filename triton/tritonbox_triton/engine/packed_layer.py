@@ -76,6 +76,8 @@ class PackedLayer:
         qkv, _, gate_up, _ = self.plain
         amx = [amx_linear.packed_of(linears) for linears in self.plain]
         self.amx = all(amx)  # the model's projections take AMX products (amx_linear.py)
+        # ... or linear_kernel.py's in their own order: either way a row's bits are its own
+        self.own_products = self.amx or all(map(linear_kernel.attached, self.plain))
         self.qkv, self.o, self.gate_up, self.down = (  # one weight is packed as it is, not copied
             packed_linear(*_joined(linears), amx=packed)
             for linears, packed in zip(self.plain, amx, strict=True)
@@ -130,18 +132,24 @@ def _joined(linears: list[Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
 def attach_products(model: Any, library: ctypes.CDLL | None, kernel_dir: Path | None) -> None:
     """The model's head in float32 (float_logits.py: the engine's C library `library`, or the
     AVX2 products); in bfloat16 on a CPU with AMX, its decoder layers' projections through
-    amx_linear.py's kernel, the engine's step then taking the same."""
+    amx_linear.py's kernel, and on one with AVX-512 but no native bfloat16 through
+    linear_kernel.py's (in their own order there), the engine's step then taking the same."""
     bfloat16 = model.lm_head.weight.dtype == torch.bfloat16
     products = linear_kernel.load(kernel_dir) if bfloat16 else None
     model.lm_head = Float32Logits(model.lm_head, library, products=products)
     amx = amx_linear.load(kernel_dir) if bfloat16 else None
     layers = getattr(getattr(model, "model", None), "layers", None)
-    if amx is None or layers is None:
+    own = products is not None and products.own_order
+    if (amx is None and not own) or layers is None:
         return
     try:
         groups_of = [groups(layer) for layer in layers]
     except AttributeError:  # not a layer the step knows (family.py): its forward keeps F.linear
         return
     linears = [linear for layer in groups_of for group in layer for linear in group]
-    if all(isinstance(linear, torch.nn.Linear) for linear in linears):
+    if not all(isinstance(linear, torch.nn.Linear) for linear in linears):
+        return
+    if amx is not None:
         amx_linear.attach(groups_of, amx)
+    elif products is not None:
+        linear_kernel.attach(groups_of, products)
