@@ -95,8 +95,9 @@ TILE(1, 1, 1)
 static void outputs(const float *x, long rows, const bf16 *w, long n, long k, long first,
                     float *sums) {
     const bf16 *wf = w + first * k;
+    const char *next = (const char *)(wf + 4 * k);
     if (first + 8 <= n)
-        for (long at = 0; at < 4 * k * 2; at += 64) _mm_prefetch((const char *)(wf + 4 * k) + at, _MM_HINT_T0);
+        for (long at = 0; at < 4 * k * 2; at += 64) _mm_prefetch(next + at, _MM_HINT_T0);
     if (n - first < 4) {
         for (long f = first; f < n; ++f)
             for (long r = 0; r < rows; ++r) tile1_1x1(x + r * k, k, w + f * k, sums + r * n + f, n);
