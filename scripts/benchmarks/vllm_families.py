@@ -70,14 +70,30 @@ EIGHT_STREAMS = [
     "products) and the Gemma 3 270M package 0.84× (TPOT 79 against 61 ms: its float32 head "
     "over 262,144 × 640 bfloat16 weights, read twice a token's worth of bytes of SmolLM2's "
     "layers); at eight streams TritonBox makes 2.2–2.3× vLLM's tokens. An earlier run of "
-    "random Qwen3 the same hour, its kernel file changed during the run, gave 0.87 / 2.59×.",
+    "random Qwen3 the same hour, its kernel file changed during the run, gave 0.87 / 2.59×. "
+    "Those rows predate 01fcf72, where each block of outputs fetches the next block's weight "
+    "rows while it sums, and rounds its outputs in the call's one parallel region: Gemma 3 "
+    "270M's step at one stream 59 → 42 ms in-process (its head 26 → 17 ms).",
     "",
     "**On a CPU with AVX-512 and no native bfloat16** (an Intel Xeon, 2 cores; the *AVX-512, "
     "float32* row, 2026-12-03) PyTorch's bfloat16 product is oneDNN's emulation, in another "
-    "order than the AVX2 products, so the engine runs float32. There the Gemma 3 270M package "
-    "is 0.65× vLLM (bfloat16) at one stream, TPOT 73 against 48 ms: each token reads its "
-    "float32 weights, twice vLLM's bytes, the 262,144 × 640 head alone 671 MB; at eight "
-    "streams about even (1.04×).",
+    "order than the AVX2 products, so until 01fcf72 the engine ran float32 there: the Gemma 3 "
+    "270M package 0.65× vLLM (bfloat16) at one stream, TPOT 73 against 48 ms (each token read "
+    "its float32 weights, twice vLLM's bytes, the 262,144 × 640 head alone 671 MB), about "
+    "even at eight (1.04×). Since 01fcf72 the AVX2 products keep their own order there and "
+    "the model's projections take them too (docs/cpu-engine.md, \"The step\"), so it runs "
+    "bfloat16: in-process under emulation its step at one stream is 38 ms against float32's 59.",
+    "",
+    "**Emulated rows** (*… (emulated on AMX)*, 2026-12-04, `--emulate avx2|avx512`): both "
+    "servers on the Intel Xeon with AMX, told to do without the newer instructions "
+    "(docs/testing.md): TritonBox's engine through `TRITONBOX_HIDE_CPU_FLAGS`, PyTorch and "
+    "oneDNN through `ATEN_CPU_CAPABILITY` and `ONEDNN_MAX_CPU_ISA`, vLLM through the same and "
+    "a `sitecustomize` that makes it load its `_C_AVX2` or `_C_AVX512` build. They compare "
+    "the two servers' code paths for those CPUs, on this machine's memory, caches and clock: "
+    "not what the EPYC or the older Xeon give, whose rows above stand until a session there "
+    "runs the same command again. At 74d75ba the Gemma 3 270M package was 1.35 / 2.46× vLLM "
+    "as on an AVX2 CPU (TPOT 36.0 against 47.6 ms) and 1.10 / 2.38× as on an AVX-512 one "
+    "without bfloat16 (TPOT 35.0 against 38.3 ms).",
 ]
 
 
