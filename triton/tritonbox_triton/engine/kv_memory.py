@@ -26,21 +26,20 @@ class Buffers:
 
     def __init__(self, shape: tuple[int, int, int, int, int], dtype: torch.dtype) -> None:
         self.shape = shape
-        itemsize = torch.empty(0, dtype=dtype).element_size()
-        self._column_bytes = shape[4] * itemsize
-        if shape[3] % column_unit(shape[4], dtype):
+        self._column_bytes = shape[4] * dtype.itemsize
+        self._unit = column_unit(shape[4], dtype)
+        if shape[3] % self._unit:
             raise ValueError(f"{shape[3]} columns do not start each row's keys on a page")
         count = math.prod(shape)
         # MAP_PRIVATE: a shared mapping's pages survive MADV_DONTNEED.
-        self._map = mmap.mmap(-1, max(count * itemsize, 1), flags=mmap.MAP_PRIVATE)
+        self._map = mmap.mmap(-1, max(count * dtype.itemsize, 1), flags=mmap.MAP_PRIVATE)
         self.tensor = torch.frombuffer(self._map, dtype=dtype, count=count).view(shape)
 
     def release_columns(self, start: int) -> None:
         """Give back every row's columns from `start` (rounded up to a page) on, in every layer
         and head: they read as zeros after."""
-        layers, rows, heads, columns, dim = self.shape
-        unit = column_unit(dim, self.tensor.dtype)
-        edge = -(-start // unit) * unit
+        layers, rows, heads, columns, _ = self.shape
+        edge = -(-start // self._unit) * self._unit
         for slot in range(layers * rows * heads) if edge < columns else ():
             self._map.madvise(mmap.MADV_DONTNEED, (slot * columns + edge) * self._column_bytes,
                               (columns - edge) * self._column_bytes)  # fmt: skip
@@ -49,5 +48,5 @@ class Buffers:
 def column_unit(head_dim: int, dtype: torch.dtype) -> int:
     """The fewest columns that fill whole pages: a column capacity of a multiple of this starts
     every row's keys on a page, so that a row's columns past its length can be given back."""
-    column_bytes = head_dim * torch.empty(0, dtype=dtype).element_size()
+    column_bytes = head_dim * dtype.itemsize
     return mmap.PAGESIZE // math.gcd(mmap.PAGESIZE, column_bytes)
