@@ -81,7 +81,7 @@ EIGHT_STREAMS = [
     "270M package 0.65× vLLM (bfloat16) at one stream, TPOT 73 against 48 ms (each token read "
     "its float32 weights, twice vLLM's bytes, the 262,144 × 640 head alone 671 MB), about "
     "even at eight (1.04×). Since 01fcf72 the AVX2 products keep their own order there and "
-    "the model's projections take them too (docs/cpu-engine.md, \"The step\"), so it runs "
+    "the model's projections take them too (docs/cpu-engine.md, *The step*), so it runs "
     "bfloat16: in-process under emulation its step at one stream is 38 ms against float32's 59.",
     "",
     "**Emulated rows** (*… (emulated on AMX)*, 2026-12-04, `--emulate avx2|avx512`): both "
