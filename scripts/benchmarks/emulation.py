@@ -41,6 +41,14 @@ for _name in {names!r}:
     setattr(torch.cpu, _name, lambda: False)
 """
 VLLM_PATH = "TRITONBOX_EMULATED_VLLM_PATH"  # the sitecustomize's folder, for start_vllm
+# The widest vector unit the engine's products use, by the flag that has it, best first.
+UNITS = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512"),
+         ("avx2", "AVX2"))  # fmt: skip
+
+
+def widest_unit(flags: frozenset[str]) -> str:
+    """The best of `UNITS` among `flags`, in words."""
+    return next((name for flag, name in UNITS if flag in flags), "no AVX2")
 
 
 def environment(kind: str) -> dict[str, str]:
@@ -58,9 +66,7 @@ def apply(kind: str) -> str:
     site = Path(tempfile.mkdtemp(prefix="tritonbox-emulate-"))
     (site / "sitecustomize.py").write_text(_SITE.format(names=KINDS[kind].torch_cpu))
     os.environ |= environment(kind) | {VLLM_PATH: str(site)}
-    native = [name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"))
-              if flag in real]  # fmt: skip
-    return f"emulated on {native[0] if native else 'this CPU'}"
+    return f"emulated on {widest_unit(real)}"
 
 
 def vllm_environment() -> dict[str, str]:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmarks.emulation import widest_unit
 from scripts.benchmarks.revision import revision
 from scripts.benchmarks.vllm_models import Model
 from scripts.benchmarks.vllm_report import PEER, Batch, Server
@@ -101,11 +102,7 @@ def _cpu() -> str:
     """This machine's CPU as the engine sees it: its widest vector unit for the products, and
     the dtype CPU_DTYPE=auto runs here."""
     flags = cpu_flags()
-    unit = next(
-        (name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"),
-                                 ("avx512f", "AVX-512"), ("avx2", "AVX2")) if flag in flags),
-        "no AVX2",
-    )  # fmt: skip
+    unit = widest_unit(flags)
     dtype = str(engine_dtype("auto", flags)).removeprefix("torch.")
     return f"{unit}, {dtype}"
 

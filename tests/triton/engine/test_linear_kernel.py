@@ -17,7 +17,7 @@ from tritonbox_triton.engine.probe import probe_input
 
 
 @pytest.fixture(scope="module")
-def products(tmp_path_factory: pytest.TempPathFactory) -> Products:
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> Products:
     loaded = linear_kernel.load(Path(tmp_path_factory.mktemp("kernels")))
     if loaded is None:
         pytest.skip(
@@ -28,12 +28,12 @@ def products(tmp_path_factory: pytest.TempPathFactory) -> Products:
 
 
 @pytest.fixture(scope="module")
-def pytorchs(products: Products) -> Products:
+def products(loaded: Products) -> Products:
     """The products where they give PyTorch's bits (AVX2); test_own_order_products.py has
     them where they keep their own order (AVX-512 without native bfloat16)."""
-    if products.own_order:
+    if loaded.own_order:
         pytest.skip("PyTorch sums in another order here: the products keep their own")
-    return products
+    return loaded
 
 
 def _spread(rows: int, inner: int, seed: int) -> torch.Tensor:
@@ -47,9 +47,8 @@ def _spread(rows: int, inner: int, seed: int) -> torch.Tensor:
 )
 @pytest.mark.parametrize("rows", [1, 2, 3, 7, 16, 33])
 def test_each_product_has_pytorchs_bits(
-    pytorchs: Products, outputs: int, inner: int, rows: int
+    products: Products, outputs: int, inner: int, rows: int
 ) -> None:
-    products = pytorchs
     generator = torch.Generator().manual_seed(outputs + inner)
     weight = torch.randn(outputs, inner, generator=generator).bfloat16()
     bias = torch.randn(outputs, generator=generator).bfloat16()
@@ -58,8 +57,7 @@ def test_each_product_has_pytorchs_bits(
     assert torch.equal(products.linear(weight, bias)(x), F.linear(x, weight, bias))
 
 
-def test_a_bias_made_for_the_call_lives_as_long_as_the_product(pytorchs: Products) -> None:
-    products = pytorchs
+def test_a_bias_made_for_the_call_lives_as_long_as_the_product(products: Products) -> None:
     """PackedLayer joins q, k and v's biases into a new tensor that only the product keeps."""
     weight = torch.randn(40, 64).bfloat16()
     bias = torch.randn(40).bfloat16()
@@ -70,36 +68,34 @@ def test_a_bias_made_for_the_call_lives_as_long_as_the_product(pytorchs: Product
     assert torch.equal(linear(x), F.linear(x, weight, bias)), len(churn)
 
 
-def test_leading_dimensions_and_views_are_kept(pytorchs: Products) -> None:
-    products = pytorchs
+def test_leading_dimensions_and_views_are_kept(products: Products) -> None:
     weight = torch.randn(96, 128).bfloat16()
     x = _spread(12, 256, 3)[:, ::2].reshape(3, 4, 128)  # not contiguous
     got = products.linear(weight)(x)
     assert got.shape == (3, 4, 96) and torch.equal(got, F.linear(x, weight))
 
 
-def test_an_inner_size_off_the_chunks_keeps_pytorchs_product(pytorchs: Products) -> None:
-    products = pytorchs
+def test_an_inner_size_off_the_chunks_keeps_pytorchs_product(products: Products) -> None:
     """Sizes that are not a multiple of 64 end in tails whose order was not matched."""
     weight = torch.randn(33, 100).bfloat16()
     x = _spread(5, 100, 4)
     assert torch.equal(products.linear(weight)(x), F.linear(x, weight))
 
 
-def test_sums_are_float32_and_unrounded(products: Products) -> None:
+def test_sums_are_float32_and_unrounded(loaded: Products) -> None:
     weight = torch.randn(1001, 576).bfloat16()
     x = _spread(9, 576, 5)
-    got = products.sums(x, weight)
+    got = loaded.sums(x, weight)
     exact = F.linear(x.double(), weight.double())
     assert got.dtype == torch.float32
     assert torch.allclose(got.double(), exact, rtol=1e-5, atol=1e-3)
     rounded = F.linear(x.double(), weight.double()).bfloat16().double()
     assert (got.double() - exact).abs().max() < (rounded - exact).abs().max() / 50
     for row in (0, 4, 8):  # a row's sums do not depend on the rows beside it
-        assert torch.equal(products.sums(x[row : row + 1], weight), got[row : row + 1])
+        assert torch.equal(loaded.sums(x[row : row + 1], weight), got[row : row + 1])
 
 
-def test_the_engine_runs_bfloat16_where_they_load(pytorchs: Products) -> None:
+def test_the_engine_runs_bfloat16_where_they_load(products: Products) -> None:
     assert dtype.engine_dtype("auto") == torch.bfloat16
     assert "AVX2 products" in dtype.describe("auto", torch.bfloat16)
 
@@ -114,8 +110,7 @@ def test_they_are_not_used_where_the_cpu_has_native_bfloat16_or_no_avx2(
     assert load(tmp_path) is None
 
 
-def test_a_different_order_is_refused(pytorchs: Products, monkeypatch: pytest.MonkeyPatch) -> None:
-    products = pytorchs
+def test_a_different_order_is_refused(products: Products, monkeypatch: pytest.MonkeyPatch) -> None:
     """The start-up check can fail: with a product that rounds otherwise, it answers no."""
     made = products.linear
 

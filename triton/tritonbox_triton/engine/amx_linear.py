@@ -35,7 +35,7 @@ from .dtype import cpu_flags
 from .float_logits import COLUMNS, pack
 from .fused_build import open_library
 from .linear_kernel import Linear
-from .probe import probe_input
+from .probe import near_exact, probe_input
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,7 @@ class AmxProducts:
                 linear = self.pack([weight])[0].linear(b)
                 x = probe_input((CHECK_SIZE, inner), generator)
                 full = linear(x)
-                exact = F.linear(x.double(), weight.double(), None if b is None else b.double())
-                if not torch.allclose(full.double(), exact, rtol=2**-7, atol=1e-3 * inner):
+                if not near_exact(full, x, weight, b):
                     return False
                 if not all(torch.equal(linear(x[:rows]), full[:rows]) for rows in CHECK_ROWS):
                     return False
